@@ -1,0 +1,33 @@
+# Two commands set everything up on a fresh machine (only the package registries are needed):
+#   make demo   create .venv, install the project, run the main job
+#   make test   create .venv, install the project with its test tools, lint, type-check, test
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.prisample-installed
+# Two shared cores: keep torch and BLAS to one thread per process in tests and demos.
+export OMP_NUM_THREADS ?= 1
+export MKL_NUM_THREADS ?= 1
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[all]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m recipes.demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check prisample tests benchmarks recipes
+	$(BIN)/mypy prisample
+
+test: lint
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run_all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,101 @@
+"""Importance-sampling weights and the β schedule (Schaul et al. 2016, Sec. 3.4)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+WeightNorm = Literal["memory", "batch", "none"]
+WEIGHT_NORMS: tuple[str, ...] = ("memory", "batch", "none")
+
+
+def check_beta(beta: float, name: str = "beta") -> float:
+    """``beta`` as a float in ``[0, 1]``, else ``ValueError`` naming it."""
+    if isinstance(beta, bool) or not isinstance(beta, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} should be a float in [0, 1], but got {name}={beta!r}")
+    value = float(beta)
+    if not 0.0 <= value <= 1.0:  # also rejects NaN
+        raise ValueError(f"{name} should be in [0, 1], but got {name}={beta!r}")
+    return value
+
+
+def importance_weights(
+    probabilities: npt.ArrayLike,
+    n: int,
+    beta: float,
+    normalize: WeightNorm = "memory",
+    min_probability: float | None = None,
+) -> npt.NDArray[np.float32]:
+    """``w_i = (N · P(i))^-β``, scaled so that updates are only ever scaled down (Sec. 3.4).
+
+    ``normalize``:
+
+    * ``"memory"`` — divide by ``max_j w_j`` over the whole memory, ``(N · P_min)^-β``, where
+      ``P_min`` (``min_probability``) is the smallest probability of any valid slot.  This is the
+      paper's Algorithm 1 (line 10) and App. B.2.1; it gives ``w_i = (P_min / P(i))^β``.
+    * ``"batch"`` — divide by the largest weight in this batch (the ``max`` of the given
+      probabilities' weights), as several libraries do; a batch-dependent scale.
+    * ``"none"`` — the raw ``(N · P(i))^-β``.
+
+    >>> importance_weights([0.5, 0.25], n=4, beta=1.0, normalize="batch").tolist()
+    [0.5, 1.0]
+    """
+    p = np.asarray(probabilities, dtype=np.float64)
+    if p.ndim != 1:
+        raise ValueError(f"probabilities should be one-dimensional, but got shape {p.shape}")
+    if not np.all((p > 0.0) & (p <= 1.0)):
+        raise ValueError(f"probabilities should lie in (0, 1], but got {p[~((p > 0) & (p <= 1))][:5]}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n should be a positive integer, but got n={n!r}")
+    beta = check_beta(beta)
+    if normalize not in WEIGHT_NORMS:
+        raise ValueError(f"normalize should be one of {WEIGHT_NORMS}, but got normalize={normalize!r}")
+    if normalize == "memory" and (min_probability is None or not 0.0 < min_probability <= 1.0):
+        raise ValueError(
+            f"min_probability should lie in (0, 1] with normalize='memory', "
+            f"but got min_probability={min_probability!r}"
+        )
+    return weights_unchecked(p, int(n), beta, normalize, min_probability or 1.0)
+
+
+def weights_unchecked(
+    p: npt.NDArray[np.float64], n: int, beta: float, normalize: str, min_probability: float
+) -> npt.NDArray[np.float32]:
+    """:func:`importance_weights` without validation, for callers that validated already."""
+    if normalize == "memory":
+        # min(...) guards against rounding: every valid slot has P(i) >= P_min.
+        w = np.minimum(min_probability / p, 1.0) ** beta
+    elif normalize == "batch":
+        w = (p.min() / p) ** beta if p.size else p
+    else:
+        w = (n * p) ** -beta
+    return w.astype(np.float32)
+
+
+@dataclass(frozen=True)
+class LinearSchedule:
+    """``v(t) = start + (end - start) · min(t / steps, 1)``: β annealed linearly (Sec. 3.4).
+
+    >>> LinearSchedule(0.5, 1.0, 100)(50)
+    0.75
+    """
+
+    start: float
+    end: float
+    steps: int
+
+    def __post_init__(self) -> None:
+        for name in ("start", "end"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} should be a finite float, but got {name}={value!r}")
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise ValueError(f"steps should be a positive integer, but got steps={self.steps!r}")
+
+    def __call__(self, t: int) -> float:
+        fraction = min(max(t, 0) / self.steps, 1.0)
+        return self.start + (self.end - self.start) * fraction
