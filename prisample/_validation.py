@@ -6,24 +6,27 @@ import math
 import numbers
 from typing import Any
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
+_OUT_OF_RANGE, _EMPTY_SLOT, _BAD_PRIORITY = 1, 2, 3
 
-def to_numpy(values: Any, name: str) -> np.ndarray:
+
+def to_numpy(values: Any, name: str) -> npt.NDArray[Any]:
     """numpy view of a numpy array, torch tensor (any device), list or scalar."""
     if isinstance(values, np.ndarray):
         return values
     if hasattr(values, "detach") and hasattr(values, "cpu"):  # torch.Tensor, without importing torch
-        return values.detach().cpu().numpy()
+        return np.asarray(values.detach().cpu().numpy())
     try:
         return np.asarray(values)
     except (TypeError, ValueError) as error:
         raise TypeError(f"{name} should be array-like, but got {name}={values!r}") from error
 
 
-def check_indices(indices: Any, capacity: int, name: str = "indices") -> npt.NDArray[np.int64]:
-    """One-dimensional int64 slot numbers in ``[0, capacity)``."""
+def as_indices(indices: Any, name: str = "indices") -> npt.NDArray[np.int64]:
+    """One-dimensional int64 array of slot numbers (range is checked by :func:`check_slots`)."""
     array = to_numpy(indices, name)
     if array.ndim == 0:
         array = array.reshape(1)
@@ -32,27 +35,58 @@ def check_indices(indices: Any, capacity: int, name: str = "indices") -> npt.NDA
     if array.dtype.kind not in "iu":
         if array.size == 0:
             return np.empty(0, dtype=np.int64)
-        raise TypeError(f"{name} should hold integers, but got dtype {array.dtype} ({name}={array[:5]}...)")
-    if array.size and (array.min() < 0 or array.max() >= capacity):
-        bad = array[(array < 0) | (array >= capacity)]
-        raise ValueError(f"{name} should lie in [0, {capacity}), but got {name} containing {bad[:5].tolist()}")
+        raise TypeError(f"{name} should hold integers, but got dtype {array.dtype} ({name}={array[:5]})")
     return array.astype(np.int64, copy=False)
 
 
-def check_priorities(priorities: Any, length: int, name: str = "priorities") -> npt.NDArray[np.float64]:
-    """One-dimensional finite non-negative float64 values, ``length`` of them."""
+def as_priorities(priorities: Any, length: int, name: str = "priorities") -> npt.NDArray[np.float64]:
+    """One-dimensional float64 array of ``length`` values (finiteness by :func:`check_slots`)."""
     array = to_numpy(priorities, name)
-    if array.dtype.kind not in "fiu" or array.dtype == np.bool_:
+    if array.dtype.kind not in "fiu":
         raise TypeError(f"{name} should hold real numbers, but got dtype {array.dtype}")
-    array = array.astype(np.float64, copy=False).reshape(-1) if array.ndim <= 1 else array
+    if array.ndim == 0:
+        array = array.reshape(1)
     if array.ndim != 1:
         raise ValueError(f"{name} should be one-dimensional, but got shape {array.shape}")
     if array.shape[0] != length:
         raise ValueError(f"{name} should have one value per index ({length}), but got {array.shape[0]}")
-    if length and not (array.min() >= 0.0 and array.max() < math.inf):  # NaN fails both
-        bad = array[~((array >= 0.0) & (array < math.inf))]
-        raise ValueError(f"{name} should be finite and >= 0, but got {name} containing {bad[:5].tolist()}")
-    return array
+    return array.astype(np.float64, copy=False)
+
+
+@numba.njit(cache=True)
+def _first_problem(
+    raw: np.ndarray, slots: np.ndarray, values: np.ndarray, need_filled: bool
+) -> tuple[int, int]:
+    for j in range(slots.shape[0]):
+        slot = slots[j]
+        if slot < 0 or slot >= raw.shape[0]:
+            return _OUT_OF_RANGE, j
+        if need_filled and math.isnan(raw[slot]):
+            return _EMPTY_SLOT, j
+    for j in range(values.shape[0]):
+        if not (values[j] >= 0.0 and values[j] < math.inf):
+            return _BAD_PRIORITY, j
+    return 0, 0
+
+
+_NO_VALUES = np.empty(0, dtype=np.float64)
+
+
+def check_slots(
+    raw: npt.NDArray[np.float64],
+    slots: npt.NDArray[np.int64],
+    priorities: npt.NDArray[np.float64] = _NO_VALUES,
+    *,
+    need_filled: bool = True,
+) -> None:
+    """Raise unless every slot is in range (and filled) and every priority finite and ``>= 0``."""
+    code, j = _first_problem(raw, slots, priorities, need_filled)
+    if code == _OUT_OF_RANGE:
+        raise ValueError(f"indices should lie in [0, {raw.shape[0]}), but got indices[{j}]={slots[j]}")
+    if code == _EMPTY_SLOT:
+        raise ValueError(f"indices should be slots that were added, but got indices[{j}]={slots[j]} (empty)")
+    if code == _BAD_PRIORITY:
+        raise ValueError(f"priorities should be finite and >= 0, but got priorities[{j}]={priorities[j]!r}")
 
 
 def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:

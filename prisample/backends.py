@@ -1,13 +1,14 @@
 """Sampling distributions over slots, one class each, behind the :class:`Backend` protocol.
 
-A backend knows which slots are valid and how to draw from them; it knows nothing of ``α``/``ε``
-transforms (proportional receives the leaves ``(p + ε)^α`` already computed), of ``β`` or of
-importance weights.  ``sample`` returns the drawn slots *and* their per-draw probabilities, the
-marginal probability that one draw returns that slot under stratification.
+A backend shares the sampler's raw-priority array (``NaN`` marks an empty slot), keeps its own
+structure in step with it and draws from it; it knows nothing of ``β`` or importance weights.
+``sample`` returns the drawn slots *and* their per-draw probabilities, the marginal probability
+that one draw returns that slot under stratification.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol
 
 import numba
@@ -15,76 +16,89 @@ import numpy as np
 import numpy.typing as npt
 
 from prisample.rank import RankBackend
-from prisample.trees import ArgMaxTree, SumTree, top_k
+from prisample.trees import OK, ArgMaxTree, PriorityTree, top_k
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 
 class Backend(Protocol):
-    """What :class:`~prisample.PrioritizedSampler` needs from a distribution."""
+    """What :class:`~prisample.PrioritizedSampler` needs from a distribution.
+
+    A backend reads and writes the sampler's raw-priority array (``NaN`` = empty slot) and keeps
+    whatever structure its distribution needs in step with it.
+    """
 
     capacity: int
-    count: int
-    uses_leaves: bool  # True: ``set`` takes leaves ``(p + ε)^α``; False: raw priorities ``|δ|``
+    count: int  # non-empty slots
 
-    def set(self, slots: IntArray, values: FloatArray) -> None: ...
-    def remove(self, slots: IntArray) -> None: ...
-    def contains(self, slots: IntArray) -> npt.NDArray[np.bool_]: ...
+    def write(self, slots: IntArray, values: FloatArray) -> None:
+        """``raw[slots] = values`` in order (NaN empties a slot); ``ValueError`` changes nothing."""
+        ...
+
     def sample(self, k: int, rng: np.random.Generator) -> tuple[IntArray, FloatArray]: ...
     def probabilities(self, slots: IntArray) -> FloatArray: ...
     def min_probability(self) -> float: ...
+    def max_priority(self) -> float:
+        """Largest raw priority of a non-empty slot (NaN when all are empty)."""
+        ...
+
+    def set_alpha(self, alpha: float) -> None: ...
+    def rebuild(self) -> None:
+        """Re-derive the structure after the raw array was replaced wholesale."""
+        ...
+
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class ProportionalBackend:
-    """``P(i) = l_i / Σ_k l_k`` with leaves ``l_i = (p_i + ε)^α`` (Schaul et al. 2016, Eq. 1).
+    """``P(i) = (p_i + ε)^α / Σ_k (p_k + ε)^α`` (Schaul et al. 2016, Eq. 1, ``p_i = |δ_i| + ε``).
 
-    A batch of ``k`` is stratified (App. B.2.1): ``[0, Σ l)`` is cut into ``k`` equal ranges and
-    one target is drawn uniformly in each, then located by prefix-sum search in a sum tree.  The
-    per-draw probability of slot ``i`` is still exactly ``P(i)``.  A slot is valid while its leaf
-    is positive.
+    A batch of ``k`` is stratified (App. B.2.1): ``[0, Σ_k m_k)`` is cut into ``k`` equal ranges,
+    one target drawn uniformly in each and located by prefix-sum search in a
+    :class:`~prisample.trees.PriorityTree`.  The per-draw probability of slot ``i`` is exactly
+    ``P(i)``.
     """
 
-    uses_leaves = True
+    def __init__(self, raw: FloatArray, alpha: float, eps: float) -> None:
+        self.capacity = int(raw.shape[0])
+        self.tree = PriorityTree(raw, alpha, eps)
+        self.count = int(np.count_nonzero(~np.isnan(raw)))
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = int(capacity)
-        self.tree = SumTree(self.capacity)
-        self.count = 0
-
-    def set(self, slots: IntArray, values: FloatArray) -> None:
-        self.count += self.tree.set(slots, values)
-
-    def assign_all(self, leaves: FloatArray) -> None:
-        """Replace every leaf at once (α changed, or a checkpoint is loaded)."""
-        self.tree.assign_all(leaves)
-        self.count = int(np.count_nonzero(self.tree.leaves > 0.0))
-
-    def remove(self, slots: IntArray) -> None:
-        self.set(slots, np.zeros(slots.shape[0], dtype=np.float64))
-
-    def contains(self, slots: IntArray) -> npt.NDArray[np.bool_]:
-        return self.tree.leaves[slots] > 0.0
+    def write(self, slots: IntArray, values: FloatArray) -> None:
+        code, change = self.tree.write(slots, values)
+        if code != OK:
+            raise ValueError(
+                f"priorities should give finite positive (p + eps)^alpha, but got priorities up to "
+                f"{np.nanmax(values)!r} with alpha={self.tree.alpha}, eps={self.tree.eps}"
+            )
+        self.count += change
 
     def sample(self, k: int, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
-        total = self.tree.total()
-        targets = (np.arange(k) + rng.random(k)) * (total / k)
-        slots = self.tree.find(targets)
-        return slots, self.tree.leaves[slots] / total
+        return self.tree.sample(rng.random(k))
 
     def probabilities(self, slots: IntArray) -> FloatArray:
-        return self.tree.leaves[slots] / self.tree.total()
+        return self.tree.masses[slots] / self.tree.total()
 
     def min_probability(self) -> float:
-        return self.tree.min_leaf() / self.tree.total()
+        return float((self.tree.min_raw() + self.tree.eps) ** self.tree.alpha / self.tree.total())
+
+    def max_priority(self) -> float:
+        return self.tree.max_raw() if self.count else math.nan
+
+    def set_alpha(self, alpha: float) -> None:
+        self.tree.rebuild(alpha)
+
+    def rebuild(self) -> None:
+        self.tree.rebuild()
+        self.count = int(np.count_nonzero(~np.isnan(self.tree.raw)))
 
     def state_dict(self) -> dict[str, Any]:
-        return {}  # leaves are derived from the sampler's raw priorities
+        return {}  # the tree is a pure function of the raw priorities
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+        self.rebuild()
 
 
 class GreedyBackend:
@@ -95,96 +109,88 @@ class GreedyBackend:
     sampling does not apply, so the sampler gives greedy draws unit weights.
     """
 
-    uses_leaves = False
+    def __init__(self, raw: FloatArray) -> None:
+        self.capacity = int(raw.shape[0])
+        self.raw = raw
+        self.tree = ArgMaxTree(raw)
+        self.count = int(np.count_nonzero(~np.isnan(raw)))
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = int(capacity)
-        self.keys = np.full(self.capacity, -np.inf, dtype=np.float64)
-        self.tree = ArgMaxTree(self.keys)
-        self.count = 0
-
-    def set(self, slots: IntArray, values: FloatArray) -> None:
-        unique = np.unique(slots)
-        before = int(np.count_nonzero(self.keys[unique] > -np.inf))
-        self.tree.write(slots, values)
-        self.count += int(np.count_nonzero(self.keys[unique] > -np.inf)) - before
-
-    def remove(self, slots: IntArray) -> None:
-        self.set(slots, np.full(slots.shape[0], -np.inf))
-
-    def contains(self, slots: IntArray) -> npt.NDArray[np.bool_]:
-        return self.keys[slots] > -np.inf
+    def write(self, slots: IntArray, values: FloatArray) -> None:
+        self.count += self.tree.write(slots, values)
 
     def sample(self, k: int, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
         slots = top_k(self.tree, min(k, self.count))
-        if slots.shape[0] < k:  # fewer valid slots than asked: repeat the ranking from the top
+        if slots.shape[0] < k:  # fewer non-empty slots than asked: cycle through the ranking
             slots = np.resize(slots, k)
         return slots, self.probabilities(slots)
 
     def probabilities(self, slots: IntArray) -> FloatArray:
-        top = self.tree.max()
-        ties = int(np.count_nonzero(self.keys == top))
-        return np.where(self.keys[slots] == top, 1.0 / ties, 0.0)
+        top = self.max_priority()
+        ties = int(np.count_nonzero(self.raw == top))
+        return np.where(self.raw[slots] == top, 1.0 / ties, 0.0)
 
     def min_probability(self) -> float:
-        return float(self.probabilities(np.arange(self.capacity)[self.keys > -np.inf]).min())
+        return (
+            0.0 if self.count > int(np.count_nonzero(self.raw == self.max_priority())) else 1.0 / self.count
+        )
+
+    def max_priority(self) -> float:
+        slot = self.tree.argmax()
+        return float(self.raw[slot]) if slot >= 0 else math.nan
+
+    def set_alpha(self, alpha: float) -> None:
+        pass  # the greedy order does not depend on α
+
+    def rebuild(self) -> None:
+        self.tree.rebuild()
+        self.count = int(np.count_nonzero(~np.isnan(self.raw)))
 
     def state_dict(self) -> dict[str, Any]:
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+        self.rebuild()
 
 
 @numba.njit(cache=True)
-def _dense_insert(dense: np.ndarray, pos: np.ndarray, count: int, slots: np.ndarray) -> int:
-    for j in range(slots.shape[0]):
-        slot = slots[j]
-        if pos[slot] < 0:
-            dense[count] = slot
-            pos[slot] = count
-            count += 1
-    return count
-
-
-@numba.njit(cache=True)
-def _dense_remove(dense: np.ndarray, pos: np.ndarray, count: int, slots: np.ndarray) -> int:
+def _dense_sync(raw: np.ndarray, dense: np.ndarray, pos: np.ndarray, count: int, slots: np.ndarray) -> int:
+    """Bring the dense list of non-empty slots in line with ``raw`` for ``slots``."""
     for j in range(slots.shape[0]):
         slot = slots[j]
         h = pos[slot]
-        if h < 0:
-            continue
-        count -= 1
-        last = dense[count]
-        dense[h] = last
-        pos[last] = h
-        pos[slot] = -1
+        if not math.isnan(raw[slot]) and h < 0:
+            dense[count] = slot
+            pos[slot] = count
+            count += 1
+        elif math.isnan(raw[slot]) and h >= 0:
+            count -= 1
+            last = dense[count]
+            dense[h] = last
+            pos[last] = h
+            pos[slot] = -1
     return count
 
 
 class UniformBackend:
-    """Uniform replay over the valid slots: ``P(i) = 1/N`` (α = 0 without the tree).
+    """Uniform replay over the non-empty slots: ``P(i) = 1/N`` (the ``α = 0`` distribution).
 
-    Valid slots are kept in a dense array so that a draw is one random position.  Draws are
-    independent (with replacement), like the uniform Double DQN baseline.
+    Non-empty slots are kept in a dense array so that a draw is one random position; draws are
+    independent (with replacement), like the uniform Double DQN baseline.  Priorities are still
+    recorded (for diagnostics and :attr:`max_priority`).
     """
 
-    uses_leaves = False
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = int(capacity)
+    def __init__(self, raw: FloatArray) -> None:
+        self.capacity = int(raw.shape[0])
+        self.raw = raw
+        self.tree = ArgMaxTree(raw)
         self.dense = np.zeros(self.capacity, dtype=np.int32)
         self.pos = np.full(self.capacity, -1, dtype=np.int32)
         self.count = 0
+        self.rebuild()
 
-    def set(self, slots: IntArray, values: FloatArray) -> None:
-        self.count = _dense_insert(self.dense, self.pos, self.count, slots)
-
-    def remove(self, slots: IntArray) -> None:
-        self.count = _dense_remove(self.dense, self.pos, self.count, slots)
-
-    def contains(self, slots: IntArray) -> npt.NDArray[np.bool_]:
-        return self.pos[slots] >= 0
+    def write(self, slots: IntArray, values: FloatArray) -> None:
+        self.tree.write(slots, values)
+        self.count = _dense_sync(self.raw, self.dense, self.pos, self.count, slots)
 
     def sample(self, k: int, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
         slots = self.dense[rng.integers(0, self.count, size=k)].astype(np.int64)
@@ -196,10 +202,23 @@ class UniformBackend:
     def min_probability(self) -> float:
         return 1.0 / self.count
 
+    def max_priority(self) -> float:
+        slot = self.tree.argmax()
+        return float(self.raw[slot]) if slot >= 0 else math.nan
+
+    def set_alpha(self, alpha: float) -> None:
+        pass
+
+    def rebuild(self) -> None:
+        self.tree.rebuild()
+        self.pos[:] = -1
+        self.count = _dense_sync(self.raw, self.dense, self.pos, 0, np.flatnonzero(~np.isnan(self.raw)))
+
     def state_dict(self) -> dict[str, Any]:
         return {"dense": self.dense[: self.count].copy()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.tree.rebuild()
         dense = np.asarray(state["dense"], dtype=np.int32)
         self.count = dense.shape[0]
         self.dense[: self.count] = dense
@@ -210,14 +229,14 @@ class UniformBackend:
 BACKENDS = ("proportional", "rank", "greedy", "uniform")
 
 
-def make_backend(name: str, capacity: int, alpha: float) -> Backend:
-    """The backend called ``name`` for ``capacity`` slots."""
+def make_backend(name: str, raw: FloatArray, alpha: float, eps: float) -> Backend:
+    """The backend called ``name`` over the raw-priority array ``raw``."""
     if name == "proportional":
-        return ProportionalBackend(capacity)
+        return ProportionalBackend(raw, alpha, eps)
     if name == "rank":
-        return RankBackend(capacity, alpha)
+        return RankBackend(raw, alpha)
     if name == "greedy":
-        return GreedyBackend(capacity)
+        return GreedyBackend(raw)
     if name == "uniform":
-        return UniformBackend(capacity)
+        return UniformBackend(raw)
     raise ValueError(f"backend should be one of {BACKENDS}, but got backend={name!r}")

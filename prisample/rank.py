@@ -13,8 +13,9 @@ Two pieces, as in the paper:
   A batch of ``k`` is stratified: the ``j``-th draw falls in probability stratum
   ``[j/k, (j+1)/k)`` — the paper's ``k`` segments of equal probability, one draw each.  The paper
   cuts the CDF into those ``k`` pieces only; the finer cut keeps the total-variation distance to
-  the exact power law far smaller (measured in ``docs/concepts.md``).  The probabilities reported are those of this
-  piecewise-uniform distribution, the one actually sampled, so importance weights stay exact.
+  the exact power law far smaller (measured in ``docs/concepts.md``).  The probabilities
+  reported are those of this piecewise-uniform distribution, the one actually sampled, so
+  importance weights stay exact.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def power_sum(m: npt.ArrayLike, alpha: float) -> npt.NDArray[np.float64]:
         d1 = -alpha * (b ** (-alpha - 1.0) - a ** (-alpha - 1.0))
         d3 = -alpha * (alpha + 1.0) * (alpha + 2.0) * (b ** (-alpha - 3.0) - a ** (-alpha - 3.0))
         out[tail] += integral + 0.5 * (a**-alpha + b**-alpha) + d1 / 12.0 - d3 / 720.0
-    return out
+    return np.asarray(out, dtype=np.float64)
 
 
 def power_law_partition(
@@ -113,36 +114,30 @@ def _sift(keys: np.ndarray, heap: np.ndarray, pos: np.ndarray, n: int, h: int) -
 
 
 @numba.njit(cache=True)
-def _heap_set(
+def _heap_write(
     keys: np.ndarray, heap: np.ndarray, pos: np.ndarray, n: int, slots: np.ndarray, values: np.ndarray
 ) -> int:
+    """``keys[slots] = values`` in order, keeping the heap: insert, sift, or (NaN) remove."""
     for j in range(slots.shape[0]):
         slot = slots[j]
         keys[slot] = values[j]
         h = pos[slot]
+        if math.isnan(values[j]):
+            if h >= 0:
+                n -= 1
+                last = heap[n]
+                pos[slot] = -1
+                if h != n:
+                    heap[h] = last
+                    pos[last] = h
+                    _sift(keys, heap, pos, n, h)
+            continue
         if h < 0:
             h = n
             heap[h] = slot
             pos[slot] = h
             n += 1
         _sift(keys, heap, pos, n, h)
-    return n
-
-
-@numba.njit(cache=True)
-def _heap_remove(keys: np.ndarray, heap: np.ndarray, pos: np.ndarray, n: int, slots: np.ndarray) -> int:
-    for j in range(slots.shape[0]):
-        slot = slots[j]
-        h = pos[slot]
-        if h < 0:
-            continue
-        n -= 1
-        last = heap[n]
-        pos[slot] = -1
-        if h != n:
-            heap[h] = last
-            pos[last] = h
-            _sift(keys, heap, pos, n, h)
     return n
 
 
@@ -175,21 +170,24 @@ def _draw(
 class RankBackend:
     """Rank-based distribution ``P(i) = rank(i)^-α / Σ_{r=1}^{N} r^-α`` (Sec. 3.3, variant 2).
 
-    ``values`` passed to :meth:`set` are raw priorities ``|δ|``; only their order matters.
-    ``resolution`` bounds the number of CDF segments (refined strata); ``resort_every`` is the
-    number of priority writes between full re-sorts of the heap.
+    The heap is keyed by the sampler's raw-priority array (``NaN`` = empty slot); only the order
+    of priorities matters.  ``resolution`` bounds the number of CDF segments; ``resort_every`` is
+    the number of priority writes between full re-sorts of the heap.
     """
 
-    uses_leaves = False
-
     def __init__(
-        self, capacity: int, alpha: float, *, resolution: int = 1024, resort_every: int | None = None
+        self,
+        raw: npt.NDArray[np.float64],
+        alpha: float,
+        *,
+        resolution: int = 1024,
+        resort_every: int | None = None,
     ) -> None:
-        self.capacity = int(capacity)
+        self.capacity = int(raw.shape[0])
         self.alpha = float(alpha)
         self.resolution = int(resolution)
         self.resort_every = int(resort_every) if resort_every is not None else max(1024, self.capacity)
-        self.keys = np.zeros(self.capacity, dtype=np.float64)
+        self.keys = raw
         self.heap = np.zeros(self.capacity, dtype=np.int32)
         self.pos = np.full(self.capacity, -1, dtype=np.int32)
         self.count = 0
@@ -198,16 +196,22 @@ class RankBackend:
         self._starts = np.zeros(1, dtype=np.int64)
         self._cumulative = np.zeros(0, dtype=np.float64)
         self._density = np.zeros(0, dtype=np.float64)
+        self.rebuild()
 
     # -- writes ---------------------------------------------------------------------------------
-    def set(self, slots: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> None:
-        self.count = _heap_set(self.keys, self.heap, self.pos, self.count, slots, values)
+    def write(self, slots: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> None:
+        self.count = _heap_write(self.keys, self.heap, self.pos, self.count, slots, values)
         self.writes_since_sort += slots.shape[0]
         if self.writes_since_sort >= self.resort_every:
             self.resort()
 
-    def remove(self, slots: npt.NDArray[np.int64]) -> None:
-        self.count = _heap_remove(self.keys, self.heap, self.pos, self.count, slots)
+    def rebuild(self) -> None:
+        """Re-derive the heap from the raw priorities (exactly sorted)."""
+        valid = np.flatnonzero(~np.isnan(self.keys))
+        self.count = valid.shape[0]
+        self.pos[:] = -1
+        self.heap[: self.count] = valid
+        self.resort()
 
     def resort(self) -> None:
         """Sort the heap array exactly (a sorted array is also a valid heap)."""
@@ -221,8 +225,8 @@ class RankBackend:
         self.alpha = float(alpha)
 
     # -- queries --------------------------------------------------------------------------------
-    def contains(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-        return self.pos[slots] >= 0
+    def max_priority(self) -> float:
+        return float(self.keys[self.heap[0]]) if self.count else math.nan
 
     def _partition(self) -> None:
         """Recompute the CDF segments when ``N`` or ``α`` changed since the last draw."""
@@ -261,14 +265,12 @@ class RankBackend:
     def state_dict(self) -> dict[str, Any]:
         return {
             "heap": self.heap[: self.count].copy(),
-            "keys": self.keys.copy(),
             "writes_since_sort": self.writes_since_sort,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         heap = np.asarray(state["heap"], dtype=np.int32)
         self.count = heap.shape[0]
-        self.keys[:] = state["keys"]
         self.heap[: self.count] = heap
         self.pos[:] = -1
         self.pos[heap] = np.arange(self.count, dtype=np.int32)

@@ -17,9 +17,8 @@ import numpy.typing as npt
 import torch
 from torch.utils.data import Sampler
 
-from prisample._validation import check_indices, check_positive_int, check_priorities, check_real
-from prisample.backends import BACKENDS, Backend, ProportionalBackend, make_backend
-from prisample.trees import ArgMaxTree
+from prisample._validation import as_indices, as_priorities, check_positive_int, check_real, check_slots
+from prisample.backends import BACKENDS, Backend, make_backend
 from prisample.weights import WEIGHT_NORMS, LinearSchedule, WeightNorm, check_beta, weights_unchecked
 
 STATE_VERSION = 1
@@ -35,6 +34,23 @@ class Draw:
 
     def __len__(self) -> int:
         return int(self.indices.shape[0])
+
+
+def _arrays_nbytes(*objects: object) -> int:
+    """Total size of the distinct numpy arrays reachable through the objects' attributes."""
+    sizes: dict[int, int] = {}
+    seen: set[int] = set()
+    stack = list(objects)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, np.ndarray):
+            sizes[id(obj)] = obj.nbytes
+        elif hasattr(obj, "__dict__"):
+            stack.extend(vars(obj).values())
+    return sum(sizes.values())
 
 
 class PrioritizedSampler(Sampler[int]):
@@ -84,12 +100,15 @@ class PrioritizedSampler(Sampler[int]):
         self.capacity = check_positive_int(capacity, "capacity")
         self._alpha = check_real(alpha, "alpha", minimum=0.0)
         self._eps = check_real(eps, "eps", minimum=0.0, strict=True)
-        self._check_leaf_range(self._alpha, self._eps)
+        if not 0.0 < self._eps**self._alpha < np.inf:
+            raise ValueError(f"eps**alpha should be a positive float, but got eps={eps!r}, alpha={alpha!r}")
         self.beta = beta
         if backend not in BACKENDS:
             raise ValueError(f"backend should be one of {BACKENDS}, but got backend={backend!r}")
         if weight_norm not in WEIGHT_NORMS:
-            raise ValueError(f"weight_norm should be one of {WEIGHT_NORMS}, but got weight_norm={weight_norm!r}")
+            raise ValueError(
+                f"weight_norm should be one of {WEIGHT_NORMS}, but got weight_norm={weight_norm!r}"
+            )
         initial = self.capacity if size is None else check_positive_int(size, "size", minimum=0)
         if initial > self.capacity:
             raise ValueError(f"size should be at most capacity={self.capacity}, but got size={size!r}")
@@ -102,9 +121,8 @@ class PrioritizedSampler(Sampler[int]):
         self._rng = np.random.default_rng(seed)
         self._step = 0
         self.epoch = 0
-        self._raw = np.zeros(self.capacity, dtype=np.float64)
-        self._max_tree = ArgMaxTree(self._raw)
-        self._backend: Backend = make_backend(backend, self.capacity, self._alpha)
+        self._raw = np.full(self.capacity, np.nan)  # raw priorities; NaN marks an empty slot
+        self._backend: Backend = make_backend(backend, self._raw, self._alpha, self._eps)
         if initial:
             self.add(np.arange(initial))
 
@@ -117,13 +135,11 @@ class PrioritizedSampler(Sampler[int]):
     @alpha.setter
     def alpha(self, value: float) -> None:
         alpha = check_real(value, "alpha", minimum=0.0)
-        self._check_leaf_range(alpha, self._eps, self._raw.max())
+        largest = max(self._backend.max_priority(), 1.0) if self.size else 1.0
+        if not (self._eps**alpha > 0.0 and (largest + self._eps) ** alpha < np.inf):
+            raise ValueError(f"alpha should keep (p + eps)^alpha a positive float, but got alpha={value!r}")
         self._alpha = alpha
-        if isinstance(self._backend, ProportionalBackend):
-            valid = self._valid_mask()
-            self._backend.assign_all(np.where(valid, self._leaves(self._raw), 0.0))
-        elif hasattr(self._backend, "set_alpha"):
-            self._backend.set_alpha(alpha)
+        self._backend.set_alpha(alpha)
 
     @property
     def eps(self) -> float:
@@ -151,72 +167,49 @@ class PrioritizedSampler(Sampler[int]):
     @property
     def max_priority(self) -> float:
         """Largest raw priority among valid slots (1 while none is valid): new slots enter here."""
-        return self._max_tree.max() if self._backend.count else 1.0
+        return self._backend.max_priority() if self._backend.count else 1.0
 
     @property
     def priorities(self) -> npt.NDArray[np.float64]:
-        """Copy of the raw priorities; NaN for slots never added."""
-        return np.where(self._valid_mask(), self._raw, np.nan)
+        """Copy of the raw priorities; NaN for empty slots (never added, or removed)."""
+        return self._raw.copy()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held in the sampler's arrays (raw priorities and the backend's structure)."""
+        return _arrays_nbytes(self._raw, self._backend)
 
     # -- writes ---------------------------------------------------------------------------------
     def add(self, indices: npt.ArrayLike) -> None:
         """Mark slots as (re)written: they enter at :attr:`max_priority` (Algorithm 1, line 6)."""
-        idx = check_indices(indices, self.capacity)
-        priority = self.max_priority
-        self._write(idx, np.full(idx.shape[0], priority))
+        idx = as_indices(indices)
+        check_slots(self._raw, idx, need_filled=False)
+        self._backend.write(idx, np.full(idx.shape[0], self.max_priority))
 
     def update_priorities(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
-        """Set raw priorities (``|δ|`` or a per-sample loss) of valid slots; last duplicate wins.
+        """Set raw priorities (``|δ|`` or a per-sample loss) of filled slots; last duplicate wins.
 
         Accepts numpy arrays, torch tensors (any device) and lists.  Nothing changes unless every
-        index is a valid slot and every priority is finite and non-negative.
+        index is a filled slot and every priority is finite and non-negative.
         """
-        idx = check_indices(indices, self.capacity)
-        values = check_priorities(priorities, idx.shape[0])
-        valid = self._backend.contains(idx)
-        if not valid.all():
-            raise ValueError(
-                f"indices should be slots that were added, but got indices containing "
-                f"{idx[~valid][:5].tolist()} (never added or removed)"
-            )
-        self._write(idx, values)
+        idx = as_indices(indices)
+        values = as_priorities(priorities, idx.shape[0])
+        check_slots(self._raw, idx, values)
+        self._backend.write(idx, values)
 
     def remove(self, indices: npt.ArrayLike) -> None:
-        """Make slots invalid: they are never drawn until added again."""
-        idx = check_indices(indices, self.capacity)
-        self._backend.remove(idx)
-        self._max_tree.write(idx, np.zeros(idx.shape[0]))
-
-    def _write(self, idx: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> None:
-        if self._backend.uses_leaves:
-            leaves = self._leaves(values)
-            if leaves.size and not (leaves.min() > 0.0 and leaves.max() < np.inf):
-                raise ValueError(
-                    f"priorities should give finite positive (p + eps)^alpha, but got "
-                    f"priorities up to {values.max()!r} with alpha={self._alpha}, eps={self._eps}"
-                )
-            self._backend.set(idx, leaves)
-        else:
-            self._backend.set(idx, values)
-        self._max_tree.write(idx, values)
-
-    def _leaves(self, raw: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        """Proportional leaves ``(p + ε)^α`` — the only place the transform happens."""
-        return (raw + self._eps) ** self._alpha
-
-    @staticmethod
-    def _check_leaf_range(alpha: float, eps: float, largest: float = 1.0) -> None:
-        low, high = eps**alpha, (max(largest, 1.0) + eps) ** alpha
-        if not (low > 0.0 and high < np.inf):
-            raise ValueError(f"alpha={alpha} with eps={eps} puts (p + eps)^alpha outside float64's range")
-
-    def _valid_mask(self) -> npt.NDArray[np.bool_]:
-        return self._backend.contains(np.arange(self.capacity))
+        """Empty slots: they are never drawn until added again."""
+        idx = as_indices(indices)
+        check_slots(self._raw, idx, need_filled=False)
+        self._backend.write(idx, np.full(idx.shape[0], np.nan))
 
     # -- draws ----------------------------------------------------------------------------------
     def sample(self, k: int) -> Draw:
         """Draw ``k`` slots (stratified) with their weights; advances the β schedule by one."""
-        k = check_positive_int(k, "k")
+        if type(k) is not int:
+            k = check_positive_int(k, "k")
+        elif k < 1:
+            raise ValueError(f"k should be an integer >= 1, but got k={k}")
         if self._backend.count == 0:
             raise ValueError("cannot sample from an empty sampler (size=0): add slots first")
         slots, probabilities = self._backend.sample(k, self._rng)
@@ -225,22 +218,22 @@ class PrioritizedSampler(Sampler[int]):
         return Draw(slots, weights, probabilities)
 
     def weights(self, indices: npt.ArrayLike) -> npt.NDArray[np.float32]:
-        """Importance weights of valid slots under the current distribution and ``β``."""
+        """Importance weights of filled slots under the current distribution and ``β``."""
         return self._weights(self.probabilities(indices))
 
     def probabilities(self, indices: npt.ArrayLike) -> npt.NDArray[np.float64]:
-        """Per-draw probabilities ``P(i)`` of valid slots."""
-        idx = check_indices(indices, self.capacity)
-        valid = self._backend.contains(idx)
-        if not valid.all():
-            raise ValueError(f"indices should be valid slots, but got indices containing {idx[~valid][:5].tolist()}")
+        """Per-draw probabilities ``P(i)`` of filled slots."""
+        idx = as_indices(indices)
+        check_slots(self._raw, idx)
         return self._backend.probabilities(idx)
 
     def _weights(self, probabilities: npt.NDArray[np.float64]) -> npt.NDArray[np.float32]:
         if self.backend_name == "greedy":
             return np.ones(probabilities.shape[0], dtype=np.float32)
         min_probability = self._backend.min_probability() if self.weight_norm == "memory" else 1.0
-        return weights_unchecked(probabilities, self._backend.count, self.beta, self.weight_norm, min_probability)
+        return weights_unchecked(
+            probabilities, self._backend.count, self.beta, self.weight_norm, min_probability
+        )
 
     # -- torch Sampler protocol -----------------------------------------------------------------
     def __iter__(self) -> Iterator[int]:
@@ -276,16 +269,9 @@ class PrioritizedSampler(Sampler[int]):
             "step": self._step,
             "epoch": self.epoch,
             "priorities": self._raw.copy(),
-            "valid": np.flatnonzero(self._valid_mask()),
-            "backend_state": self._backend_state(),
+            "backend_state": self._backend.state_dict(),
             "rng": self._rng.bit_generator.state,
         }
-
-    def _backend_state(self) -> dict[str, Any]:
-        state = self._backend.state_dict()
-        if isinstance(self._backend, ProportionalBackend):
-            state = {"leaves": self._backend.tree.leaves.copy()}  # bitwise-identical tree on load
-        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output; the sampler then draws exactly as the saved one."""
@@ -306,13 +292,6 @@ class PrioritizedSampler(Sampler[int]):
         self._step = int(state["step"])
         self.epoch = int(state["epoch"])
         self._raw[:] = state["priorities"]
-        self._max_tree.rebuild()
-        backend = make_backend(self.backend_name, self.capacity, self._alpha)
-        valid = np.asarray(state["valid"], dtype=np.int64)
-        if isinstance(backend, ProportionalBackend):
-            backend.assign_all(np.asarray(state["backend_state"]["leaves"], dtype=np.float64))
-        else:
-            backend.set(valid, self._raw[valid])
-            backend.load_state_dict(state["backend_state"])
-        self._backend = backend
+        self._backend = make_backend(self.backend_name, self._raw, self._alpha, self._eps)
+        self._backend.load_state_dict(state["backend_state"])
         self._rng.bit_generator.state = state["rng"]

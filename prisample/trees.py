@@ -1,121 +1,316 @@
-"""Flat segment trees with compiled batch kernels.
+"""Flat segment trees over raw priorities, with compiled batch kernels.
 
-Two trees serve every backend:
+* :class:`PriorityTree` — proportional prioritization (Schaul et al. 2016, App. B.2.1): the
+  sum tree over leaf masses ``m_i = (p_i + ε)^α``, with the min and max raw priority of every
+  subtree alongside (memory-wide weight normalisation, and the maximum priority new items get).
+* :class:`ArgMaxTree` — an arg-max index over an external float64 array: the largest priority
+  for the greedy and uniform backends, and the top-``k`` of greedy prioritization (Sec. 3.2).
 
-* :class:`SumTree` — float64 partial sums for proportional sampling (Schaul et al. 2016, App. B.2.1),
-  with an embedded arg-min index over the *positive* leaves (memory-wide weight normalisation).
-* :class:`ArgMaxTree` — an arg-max index over an external float64 array (the running maximum
-  priority for new items, and greedy prioritization, Sec. 3.2).
+Raw priorities live in an external float64 array shared with the sampler; ``NaN`` marks a slot
+that holds nothing (never added, or removed).  Such slots have mass 0 and take part in no
+reduction.
 
-Array layout, shown for ``capacity = 5`` (padded to ``P = 8`` leaves)::
+``PriorityTree`` is 8-ary: the 8 children of a node are 8 consecutive float64 — one 64-byte cache
+line — so a descent or an update touches ``log8 N`` lines per array instead of the ``log2 N`` of
+a binary tree (7 instead of 20 at ``N = 2^20``); at that size the deep levels miss every cache, so
+this is what sets the speed.  Layout for ``capacity = 20`` (``D = 2`` levels of internal nodes)::
 
-    node:      1                                  root: total mass / extreme index
-             /   \\
-            2     3
-           / \\   / \\
-          4   5 6   7
-         /\\  /\\ /\\  /\\
-    leaf: 8 9 10 11 12 13 14 15          leaf node P + i holds slot i
-    slot: 0 1 2  3  4  -  -  -           slots >= capacity are padding: value 0, never drawn
+    sums:    [ root | pad x7 | n0 n1 n2 n3 n4 n5 n6 n7 ]     level d starts at a multiple of 8
+                                |  |  |
+    masses:  [ m0 .. m7 | m8 .. m15 | m16 .. m19 0 0 0 0 ]   node j's children: masses[8j : 8j+8]
+    raw:     [ p0 .. p19 ]                                   (shared; NaN = empty slot)
 
-Node ``i`` has children ``2i`` and ``2i + 1`` and parent ``i // 2``; node 0 is unused.  Padding to a
-power of two keeps slot order equal to leaf order for any capacity (the ``2N`` layout without padding
-scrambles prefix sums when ``N`` is not a power of two).  Every parent is recomputed from its
-children after a write, never delta-propagated, so sums do not drift.  Index trees store int32 slot
-numbers in their ``P`` internal nodes only; their leaves are the values themselves.
+Internal node ``j`` of level ``d`` lives at ``offset[d] + j``; its children are nodes
+``8j .. 8j+7`` of level ``d + 1``, or leaf masses ``8j .. 8j+7`` below the last level.  Slots past
+``capacity`` are padding with mass 0, never drawn, so any capacity keeps slot order equal to leaf
+order (the unpadded binary ``2N`` layout scrambles prefix sums when ``N`` is not a power of two).
+Every parent is recomputed from its children after a write, never delta-propagated, so sums do
+not drift; all sums are float64.
 """
 
 from __future__ import annotations
+
+import math
 
 import numba
 import numpy as np
 import numpy.typing as npt
 
 _NO_SLOT = -1
+BRANCH = 8
+
+# Error codes returned by kernels that validate before writing anything.
+OK, BAD_MASS = 0, 4
 
 
 def padded_size(capacity: int) -> int:
-    """Smallest power of two ``P >= capacity`` (the number of leaves)."""
-    return 1 << max(0, int(capacity - 1).bit_length())
+    """Number of leaves of a binary tree: the smallest power of two ``>= max(capacity, 2)``."""
+    return 1 << max(1, int(capacity - 1).bit_length())
+
+
+def _aligned(n: int) -> npt.NDArray[np.float64]:
+    """Zeroed float64 array of length ``n`` whose data starts on a 64-byte boundary."""
+    buffer = np.zeros(n + BRANCH, dtype=np.float64)
+    shift = (-buffer.ctypes.data % 64) // 8
+    return buffer[shift : shift + n]
+
+
+def _round8(n: int) -> int:
+    return -(-n // BRANCH) * BRANCH
 
 
 # ----------------------------------------------------------------------------------------------
-# compiled kernels
+# PriorityTree kernels
 # ----------------------------------------------------------------------------------------------
 
 
 @numba.njit(cache=True, inline="always")
-def _min_child_slot(leaves: np.ndarray, argmin: np.ndarray, node: int, size: int) -> int:
-    """Slot of the smallest positive leaf under ``node`` (``-1`` if none)."""
-    if node >= size:
-        slot = node - size
-        if slot < leaves.shape[0] and leaves[slot] > 0.0:
-            return slot
-        return _NO_SLOT
-    return argmin[node]
+def _refresh_bottom(
+    raw: np.ndarray, masses: np.ndarray, sums: np.ndarray, mins: np.ndarray, maxs: np.ndarray, at: int, j: int
+) -> None:
+    """Node ``j`` of the last internal level (stored at ``at + j``) from its 8 leaves."""
+    total = 0.0
+    low = math.inf
+    high = -math.inf
+    base = j * BRANCH
+    for i in range(base, min(base + BRANCH, raw.shape[0])):
+        total += masses[i]
+        p = raw[i]
+        if not math.isnan(p):
+            low = min(low, p)
+            high = max(high, p)
+    sums[at + j] = total
+    mins[at + j] = low
+    maxs[at + j] = high
+
+
+@numba.njit(cache=True, inline="always")
+def _refresh_inner(sums: np.ndarray, mins: np.ndarray, maxs: np.ndarray, at: int, below: int, j: int) -> None:
+    """Node ``j`` of a level stored at ``at`` from its 8 children on the level stored at ``below``."""
+    total = 0.0
+    low = math.inf
+    high = -math.inf
+    base = below + j * BRANCH
+    for c in range(base, base + BRANCH):
+        total += sums[c]
+        low = min(low, mins[c])
+        high = max(high, maxs[c])
+    sums[at + j] = total
+    mins[at + j] = low
+    maxs[at + j] = high
 
 
 @numba.njit(cache=True)
-def _sum_set(
-    nodes: np.ndarray, argmin: np.ndarray, size: int, slots: np.ndarray, values: np.ndarray
-) -> int:
-    leaves = nodes[size:]
-    positive_change = 0
-    for j in range(slots.shape[0]):
-        leaf = size + slots[j]
-        positive_change += (values[j] > 0.0) - (nodes[leaf] > 0.0)
-        nodes[leaf] = values[j]
-    for j in range(slots.shape[0]):
-        node = (size + slots[j]) >> 1
-        while node >= 1:
-            left = node << 1
-            nodes[node] = nodes[left] + nodes[left + 1]
-            a = _min_child_slot(leaves, argmin, left, size)
-            b = _min_child_slot(leaves, argmin, left + 1, size)
-            if a == _NO_SLOT or (b != _NO_SLOT and leaves[b] < leaves[a]):
-                a = b
-            argmin[node] = a
-            node >>= 1
-    return positive_change
+def _tree_write(
+    raw: np.ndarray,
+    masses: np.ndarray,
+    sums: np.ndarray,
+    mins: np.ndarray,
+    maxs: np.ndarray,
+    offsets: np.ndarray,
+    eps: float,
+    alpha: float,
+    slots: np.ndarray,
+    values: np.ndarray,
+) -> tuple[int, int]:
+    """``raw[slots] = values`` in order, then refresh ancestors.  Returns ``(code, Δcount)``.
 
-
-@numba.njit(cache=True)
-def _sum_rebuild(nodes: np.ndarray, argmin: np.ndarray, size: int) -> None:
-    leaves = nodes[size:]
-    for node in range(size - 1, 0, -1):
-        left = node << 1
-        nodes[node] = nodes[left] + nodes[left + 1]
-        a = _min_child_slot(leaves, argmin, left, size)
-        b = _min_child_slot(leaves, argmin, left + 1, size)
-        if a == _NO_SLOT or (b != _NO_SLOT and leaves[b] < leaves[a]):
-            a = b
-        argmin[node] = a
-
-
-@numba.njit(cache=True)
-def _sum_find(nodes: np.ndarray, size: int, targets: np.ndarray, out: np.ndarray) -> None:
-    """Prefix-sum search for a batch of targets, descending the whole batch one level at a time.
-
-    Going right requires positive mass on the right, going left positive mass on the left, so
-    the leaf reached always holds positive mass: rounding in ``target`` can never return a zero
-    leaf, a padding leaf or a slot past the newest one.
+    A value is a priority ``>= 0`` or NaN (empty the slot).  If any priority's mass is not a
+    finite positive float, nothing is written and ``BAD_MASS`` is returned.
     """
-    k = targets.shape[0]
-    t = targets.copy()
-    for j in range(k):
-        out[j] = 1
-    while out[0] < size:
-        for j in range(k):
-            left = out[j] << 1
-            mass_left = nodes[left]
-            if mass_left > 0.0 and (t[j] < mass_left or nodes[left + 1] <= 0.0):
-                out[j] = left
+    for j in range(values.shape[0]):
+        v = values[j]
+        if not math.isnan(v):
+            m = (v + eps) ** alpha
+            if not (m > 0.0 and m < math.inf):
+                return BAD_MASS, 0
+    change = 0
+    for j in range(slots.shape[0]):
+        s = slots[j]
+        v = values[j]
+        empty = math.isnan(v)
+        change += int(not empty) - int(not math.isnan(raw[s]))
+        raw[s] = v
+        masses[s] = 0.0 if empty else (v + eps) ** alpha
+    depth = offsets.shape[0] - 1
+    for j in range(slots.shape[0]):
+        node = slots[j] // BRANCH
+        _refresh_bottom(raw, masses, sums, mins, maxs, offsets[depth - 1], node)
+        for d in range(depth - 2, -1, -1):
+            node //= BRANCH
+            _refresh_inner(sums, mins, maxs, offsets[d], offsets[d + 1], node)
+    return OK, change
+
+
+@numba.njit(cache=True)
+def _tree_rebuild(
+    raw: np.ndarray,
+    masses: np.ndarray,
+    sums: np.ndarray,
+    mins: np.ndarray,
+    maxs: np.ndarray,
+    offsets: np.ndarray,
+    eps: float,
+    alpha: float,
+) -> None:
+    for i in range(raw.shape[0]):
+        masses[i] = 0.0 if math.isnan(raw[i]) else (raw[i] + eps) ** alpha
+    depth = offsets.shape[0] - 1
+    for d in range(depth - 1, -1, -1):
+        for node in range(offsets[d + 1] - offsets[d]):
+            if d == depth - 1:
+                if node * BRANCH < raw.shape[0]:
+                    _refresh_bottom(raw, masses, sums, mins, maxs, offsets[d], node)
+                else:
+                    sums[offsets[d] + node] = 0.0
+                    mins[offsets[d] + node] = math.inf
+                    maxs[offsets[d] + node] = -math.inf
             else:
-                if mass_left > 0.0:
-                    t[j] -= mass_left
-                out[j] = left + 1
+                _refresh_inner(sums, mins, maxs, offsets[d], offsets[d + 1], node)
+
+
+@numba.njit(cache=True, inline="always")
+def _pick_child(values: np.ndarray, base: int, target: float) -> tuple[int, float]:
+    """Child ``c`` of 8 at ``values[base:]`` with ``Σ_{<c} <= target < Σ_{<=c}``, positive only.
+
+    Rounding can leave ``target`` at or past the node's sum; the last child with positive mass
+    is taken then, so the walk never enters an empty subtree.
+    """
+    last = -1
+    last_mass = 0.0
+    for c in range(BRANCH):
+        mass = values[base + c]
+        if mass > 0.0:
+            if target < mass:
+                return c, target
+            target -= mass
+            last = c
+            last_mass = mass
+    return last, target + last_mass
+
+
+@numba.njit(cache=True)
+def _tree_find(
+    masses: np.ndarray,
+    sums: np.ndarray,
+    offsets: np.ndarray,
+    t: np.ndarray,
+    slots: np.ndarray,
+    out_masses: np.ndarray,
+) -> None:
+    """Prefix-sum search for a batch of targets ``t`` (overwritten), the whole batch descending
+    one level at a time so that the batch's independent memory reads overlap."""
+    k = t.shape[0]
+    depth = offsets.shape[0] - 1
     for j in range(k):
-        out[j] -= size
+        slots[j] = 0
+    for d in range(1, depth):
+        for j in range(k):
+            c, t[j] = _pick_child(sums, offsets[d] + slots[j] * BRANCH, t[j])
+            slots[j] = slots[j] * BRANCH + c
+    for j in range(k):
+        c, t[j] = _pick_child(masses, slots[j] * BRANCH, t[j])
+        slots[j] = slots[j] * BRANCH + c
+        out_masses[j] = masses[slots[j]]
+
+
+@numba.njit(cache=True)
+def _stratified_sample(
+    masses: np.ndarray,
+    sums: np.ndarray,
+    offsets: np.ndarray,
+    u: np.ndarray,
+    slots: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    k = u.shape[0]
+    total = sums[0]
+    width = total / k
+    for j in range(k):
+        u[j] = (j + u[j]) * width
+    _tree_find(masses, sums, offsets, u, slots, out)
+    for j in range(k):
+        out[j] /= total
+
+
+class PriorityTree:
+    """Sum / min / max tree over raw priorities ``p_i`` with leaf masses ``m_i = (p_i + ε)^α``.
+
+    ``total() = Σ_i m_i`` over non-empty slots; :meth:`find` maps targets ``t ∈ [0, total)`` to
+    the slot ``i`` with ``Σ_{j<i} m_j <= t < Σ_{j<=i} m_j`` (prefix-sum search, App. B.2.1);
+    :meth:`min_raw` / :meth:`max_raw` reduce the raw priorities of non-empty slots.  A slot of
+    zero mass is never returned.
+
+    >>> raw = np.array([1.0, np.nan, 3.0])
+    >>> tree = PriorityTree(raw, alpha=1.0, eps=0.0)
+    >>> tree.total(), tree.find(np.array([0.5, 1.5]))[0].tolist(), tree.min_raw(), tree.max_raw()
+    (4.0, [0, 2], 1.0, 3.0)
+    """
+
+    def __init__(self, raw: npt.NDArray[np.float64], alpha: float, eps: float) -> None:
+        self.raw = raw
+        self.capacity = int(raw.shape[0])
+        self.alpha = float(alpha)
+        self.eps = float(eps)
+        depth = 1
+        while BRANCH**depth < self.capacity:
+            depth += 1
+        sizes = [_round8(BRANCH**d) for d in range(depth)]
+        self.offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        self.masses = _aligned(_round8(self.capacity))
+        self.sums = _aligned(int(self.offsets[-1]))
+        self.mins = _aligned(int(self.offsets[-1]))
+        self.maxs = _aligned(int(self.offsets[-1]))
+        self.rebuild()
+
+    def write(self, slots: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> tuple[int, int]:
+        """``raw[slots] = values`` (NaN empties a slot; last write wins); ``(code, Δcount)``."""
+        code, change = _tree_write(
+            self.raw, self.masses, self.sums, self.mins, self.maxs, self.offsets,
+            self.eps, self.alpha, slots, values,
+        )  # fmt: skip
+        return int(code), int(change)
+
+    def rebuild(self, alpha: float | None = None) -> None:
+        """Recompute masses and every node bottom-up in ``O(N)`` (after ``raw`` or ``α`` changed)."""
+        if alpha is not None:
+            self.alpha = float(alpha)
+        _tree_rebuild(
+            self.raw, self.masses, self.sums, self.mins, self.maxs, self.offsets, self.eps, self.alpha
+        )
+
+    def total(self) -> float:
+        return float(self.sums[0])
+
+    def find(self, targets: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        """Slots whose prefix-sum interval holds each target, and those slots' masses."""
+        slots = np.empty(targets.shape[0], dtype=np.int64)
+        masses = np.empty(targets.shape[0], dtype=np.float64)
+        if slots.shape[0]:
+            _tree_find(self.masses, self.sums, self.offsets, targets.copy(), slots, masses)
+        return slots, masses
+
+    def sample(self, u: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        """Stratified draw: target ``j`` of ``k`` is ``(j + u_j) · total / k`` (App. B.2.1).
+
+        Returns the slots and their probabilities ``m_i / total``; ``u`` is overwritten.
+        """
+        k = u.shape[0]
+        slots = np.empty(k, dtype=np.int64)
+        probabilities = np.empty(k, dtype=np.float64)
+        _stratified_sample(self.masses, self.sums, self.offsets, u, slots, probabilities)
+        return slots, probabilities
+
+    def min_raw(self) -> float:
+        return float(self.mins[0])
+
+    def max_raw(self) -> float:
+        return float(self.maxs[0])
+
+
+# ----------------------------------------------------------------------------------------------
+# ArgMaxTree kernels
+# ----------------------------------------------------------------------------------------------
 
 
 @numba.njit(cache=True, inline="always")
@@ -123,15 +318,15 @@ def _max_child_slot(values: np.ndarray, argmax: np.ndarray, node: int, size: int
     if node >= size:
         slot = node - size
         return slot if slot < values.shape[0] else _NO_SLOT
-    return argmax[node]
+    return int(argmax[node])
 
 
 @numba.njit(cache=True, inline="always")
 def _better_max(values: np.ndarray, a: int, b: int) -> int:
-    """The larger of two slots; ties go to the lower slot (``a`` is always the left one)."""
-    if a == _NO_SLOT:
-        return b
-    if b == _NO_SLOT:
+    """The larger of two slots, NaN counting as absent; ties go to ``a`` (the left, lower slot)."""
+    if a == _NO_SLOT or math.isnan(values[a]):
+        return b if b == _NO_SLOT or not math.isnan(values[b]) else a
+    if b == _NO_SLOT or math.isnan(values[b]):
         return a
     return b if values[b] > values[a] else a
 
@@ -153,10 +348,13 @@ def _max_set(values: np.ndarray, argmax: np.ndarray, size: int, slots: np.ndarra
 @numba.njit(cache=True)
 def _max_write(
     values: np.ndarray, argmax: np.ndarray, size: int, slots: np.ndarray, new_values: np.ndarray
-) -> None:
+) -> int:
+    change = 0
     for j in range(slots.shape[0]):
+        change += int(not math.isnan(new_values[j])) - int(not math.isnan(values[slots[j]]))
         values[slots[j]] = new_values[j]
     _max_set(values, argmax, size, slots)
+    return change
 
 
 @numba.njit(cache=True)
@@ -170,125 +368,23 @@ def _max_rebuild(values: np.ndarray, argmax: np.ndarray, size: int) -> None:
         )
 
 
-# ----------------------------------------------------------------------------------------------
-# Python wrappers
-# ----------------------------------------------------------------------------------------------
-
-
-class SumTree:
-    """Sum tree over ``capacity`` non-negative float64 leaves, with the arg-min positive leaf.
-
-    ``total() = Σ_i leaf_i``; :meth:`find` maps targets ``t ∈ [0, total)`` to the slot ``i`` with
-    ``Σ_{j<i} leaf_j <= t < Σ_{j<=i} leaf_j`` (prefix-sum search); :meth:`min_leaf` is
-    ``min {leaf_i : leaf_i > 0}``.  A leaf of zero is never returned by :meth:`find`.
-
-    >>> tree = SumTree(3)
-    >>> tree.set(np.array([0, 2]), np.array([1.0, 3.0]))
-    >>> tree.total(), tree.find(np.array([0.5, 1.5])).tolist(), tree.min_leaf()
-    (4.0, [0, 2], 1.0)
-    """
-
-    def __init__(self, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity should be a positive integer, but got capacity={capacity}")
-        self.capacity = int(capacity)
-        self.size = padded_size(self.capacity)
-        self.nodes = np.zeros(2 * self.size, dtype=np.float64)
-        self.argmin = np.full(self.size, _NO_SLOT, dtype=np.int32)
-
-    @property
-    def leaves(self) -> npt.NDArray[np.float64]:
-        """View of the ``capacity`` leaf values (do not write through it)."""
-        return self.nodes[self.size : self.size + self.capacity]
-
-    def set(self, slots: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> int:
-        """``leaf[slots] = values`` (last write wins), then recompute every ancestor.
-
-        Returns the change in the number of positive leaves.
-        """
-        return int(_sum_set(self.nodes, self.argmin, self.size, slots, values))
-
-    def assign_all(self, values: npt.NDArray[np.float64]) -> None:
-        """Replace every leaf and rebuild the whole tree bottom-up in ``O(P)``."""
-        self.nodes[self.size : self.size + self.capacity] = values
-        _sum_rebuild(self.nodes, self.argmin, self.size)
-
-    def total(self) -> float:
-        return float(self.nodes[1])
-
-    def find(self, targets: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
-        """Slots whose prefix-sum interval contains each target (see class docstring)."""
-        out = np.empty(targets.shape[0], dtype=np.int64)
-        if out.shape[0]:
-            _sum_find(self.nodes, self.size, targets, out)
-        return out
-
-    def min_slot(self) -> int:
-        """Slot of the smallest positive leaf, ``-1`` when no leaf is positive."""
-        if self.size == 1:
-            return 0 if self.nodes[1] > 0.0 else _NO_SLOT
-        return int(self.argmin[1])
-
-    def min_leaf(self) -> float:
-        """``min {leaf_i : leaf_i > 0}``, ``inf`` when no leaf is positive."""
-        slot = self.min_slot()
-        return float(self.nodes[self.size + slot]) if slot >= 0 else float("inf")
-
-
-class ArgMaxTree:
-    """Arg-max index over an external float64 array ``values`` of length ``capacity``.
-
-    Only the ``P`` internal nodes are stored (int32 slot numbers); the caller writes ``values``
-    and then calls :meth:`refresh` with the slots it wrote.  Ties resolve to the lowest slot.
-
-    >>> values = np.array([0.5, 2.0, 2.0])
-    >>> tree = ArgMaxTree(values)
-    >>> tree.argmax()
-    1
-    """
-
-    def __init__(self, values: npt.NDArray[np.float64]) -> None:
-        self.values = values
-        self.capacity = int(values.shape[0])
-        self.size = padded_size(self.capacity)
-        self.index = np.full(self.size, _NO_SLOT, dtype=np.int32)
-        self.rebuild()
-
-    def write(self, slots: npt.NDArray[np.int64], new_values: npt.NDArray[np.float64]) -> None:
-        """``values[slots] = new_values`` in order (last write wins), then refresh."""
-        _max_write(self.values, self.index, self.size, slots, new_values)
-
-    def refresh(self, slots: npt.NDArray[np.int64]) -> None:
-        """Recompute the ancestors of ``slots`` after their values changed."""
-        _max_set(self.values, self.index, self.size, slots)
-
-    def rebuild(self) -> None:
-        _max_rebuild(self.values, self.index, self.size)
-
-    def argmax(self) -> int:
-        return 0 if self.size == 1 else int(self.index[1])
-
-    def max(self) -> float:
-        return float(self.values[self.argmax()])
-
-
 @numba.njit(cache=True)
 def _max_top_k(values: np.ndarray, argmax: np.ndarray, size: int, k: int, out: np.ndarray) -> int:
     """Write the ``k`` largest slots (descending, ties to the lowest slot) into ``out``.
 
-    Slots are taken out one at a time (value set to ``-inf``), then restored.  Returns how many
-    slots were found (fewer than ``k`` when the tree has fewer slots above ``-inf``).
+    Slots are taken out one at a time (value set to NaN), then restored.  Returns how many were
+    found (fewer than ``k`` when fewer slots hold a value).
     """
     saved = np.empty(k, dtype=np.float64)
     found = 0
     one = np.empty(1, dtype=np.int64)
     for j in range(k):
-        slot = 0 if size == 1 else argmax[1]
-        if slot < 0 or values[slot] == -np.inf:
+        slot = argmax[1]
+        if slot < 0 or math.isnan(values[slot]):
             break
         out[j] = slot
         saved[j] = values[slot]
-        values[slot] = -np.inf
+        values[slot] = np.nan
         one[0] = slot
         _max_set(values, argmax, size, one)
         found += 1
@@ -299,8 +395,39 @@ def _max_top_k(values: np.ndarray, argmax: np.ndarray, size: int, k: int, out: n
     return found
 
 
+class ArgMaxTree:
+    """Arg-max index over an external float64 array ``values`` (NaN entries are ignored).
+
+    Only the ``P`` internal nodes are stored (int32 slot numbers); ties resolve to the lowest
+    slot.
+
+    >>> tree = ArgMaxTree(np.array([0.5, 2.0, 2.0, np.nan]))
+    >>> tree.argmax(), top_k(tree, 5).tolist()
+    (1, [1, 2, 0])
+    """
+
+    def __init__(self, values: npt.NDArray[np.float64]) -> None:
+        self.values = values
+        self.capacity = int(values.shape[0])
+        self.size = padded_size(self.capacity)
+        self.index = np.full(self.size, _NO_SLOT, dtype=np.int32)
+        self.rebuild()
+
+    def write(self, slots: npt.NDArray[np.int64], new_values: npt.NDArray[np.float64]) -> int:
+        """``values[slots] = new_values`` in order (last write wins), then refresh; ``Δcount``."""
+        return int(_max_write(self.values, self.index, self.size, slots, new_values))
+
+    def rebuild(self) -> None:
+        _max_rebuild(self.values, self.index, self.size)
+
+    def argmax(self) -> int:
+        """Slot of the largest value, ``-1`` when every value is NaN."""
+        slot = int(self.index[1])
+        return slot if slot >= 0 and not math.isnan(self.values[slot]) else _NO_SLOT
+
+
 def top_k(tree: ArgMaxTree, k: int) -> npt.NDArray[np.int64]:
-    """The ``k`` slots of largest value above ``-inf``, largest first, ties to the lowest slot."""
+    """The ``k`` slots of largest value, largest first, ties to the lowest slot."""
     out = np.empty(k, dtype=np.int64)
     found = _max_top_k(tree.values, tree.index, tree.size, k, out)
     return out[:found]

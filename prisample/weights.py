@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -62,18 +63,28 @@ def importance_weights(
     return weights_unchecked(p, int(n), beta, normalize, min_probability or 1.0)
 
 
+@numba.njit(cache=True)
+def _weights(p: np.ndarray, n: int, beta: float, mode: int, min_probability: float, out: np.ndarray) -> None:
+    if mode == 1 and p.shape[0]:
+        min_probability = p.min()
+    for j in range(p.shape[0]):
+        if mode == 2:
+            out[j] = (n * p[j]) ** -beta
+        else:
+            # min(...) guards against rounding: every valid slot has P(i) >= P_min.
+            out[j] = min(min_probability / p[j], 1.0) ** beta
+
+
+_MODES = {"memory": 0, "batch": 1, "none": 2}
+
+
 def weights_unchecked(
     p: npt.NDArray[np.float64], n: int, beta: float, normalize: str, min_probability: float
 ) -> npt.NDArray[np.float32]:
     """:func:`importance_weights` without validation, for callers that validated already."""
-    if normalize == "memory":
-        # min(...) guards against rounding: every valid slot has P(i) >= P_min.
-        w = np.minimum(min_probability / p, 1.0) ** beta
-    elif normalize == "batch":
-        w = (p.min() / p) ** beta if p.size else p
-    else:
-        w = (n * p) ** -beta
-    return w.astype(np.float32)
+    out = np.empty(p.shape[0], dtype=np.float32)
+    _weights(p, n, beta, _MODES[normalize], min_probability, out)
+    return out
 
 
 @dataclass(frozen=True)
