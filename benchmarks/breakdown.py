@@ -1,0 +1,177 @@
+"""Where prisample's DQN step (sample 32 + weights + update 32) spends its time.
+
+Three views: the public calls timed alone (uninstrumented, interleaved); a ``cProfile`` run over
+many steps, reported as self time per step of each function (instrumentation inflates every
+Python-level call by roughly its own overhead, so the profiled total exceeds the real one); and
+the fixed costs any implementation in Python pays per call, for scale (an empty numba kernel
+call with five array arguments, a 32-element numpy operation, a Python method call).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import pstats
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numba
+import numpy as np
+
+from benchmarks.peers import Prisample
+from benchmarks.timing import measure
+
+
+@numba.njit(cache=False)
+def _empty_kernel(a: Any, b: Any, c: Any, d: Any, e: Any) -> int:
+    return 0
+
+
+class _Obj:
+    def method(self) -> None:
+        return None
+
+
+@dataclass
+class ProfileResult:
+    n: int
+    backend: str
+    calls: dict[str, float] = field(default_factory=dict)  # µs, uninstrumented
+    components: dict[str, float] = field(default_factory=dict)  # µs, uninstrumented, internal pieces
+    profiled_total_us: float = 0.0
+    functions: list[dict[str, Any]] = field(default_factory=list)  # self time per step
+    floors: dict[str, float] = field(default_factory=dict)
+
+
+def _short(key: tuple[str, int, str]) -> str:
+    filename, line, func = key
+    if filename == "~":  # a builtin
+        return func
+    parts = filename.split(os.sep)
+    for root in ("prisample", "numpy", "numba", "benchmarks"):
+        if root in parts:
+            rel = "/".join(parts[len(parts) - parts[::-1].index(root) - 1 :])
+            return f"{rel}:{line}({func})"
+    return f"{parts[-1]}:{line}({func})"
+
+
+def _components(
+    sampler: Any, idx: list[np.ndarray], new: list[np.ndarray], *, reps: int, block_s: float
+) -> dict[str, float]:
+    """The internal pieces of ``sample`` and ``update_priorities``, timed alone (µs).
+
+    Uses private attributes (``_backend``, ``_rng``, ``_weights``); pieces the current code does
+    not have are skipped.  ``public - pieces`` is the rest: validation, conversion, ``Draw``.
+    """
+    backend = getattr(sampler, "_backend", None)
+    write = getattr(backend, "write", None) or getattr(backend, "set", None)
+    if backend is None or write is None or not hasattr(sampler, "_weights"):
+        return {}
+    _, probabilities = backend.sample(32, sampler._rng)
+    counter = [0]
+
+    def backend_write() -> None:
+        counter[0] = (counter[0] + 1) & 63
+        write(idx[counter[0]], new[counter[0]])
+
+    def update() -> None:
+        counter[0] = (counter[0] + 1) & 63
+        sampler.update_priorities(idx[counter[0]], new[counter[0]])
+
+    try:
+        t = measure(
+            {
+                "sample(32)": lambda: sampler.sample(32),
+                "backend.sample(32)": lambda: backend.sample(32, sampler._rng),
+                "_weights(32)": lambda: sampler._weights(probabilities),
+                "update_priorities(32)": update,
+                "backend write(32)": backend_write,
+            },
+            reps=reps,
+            block_s=block_s,
+        )
+    except Exception:  # the internals moved: skip this view
+        return {}
+    t["sample: rest (checks, β, Draw)"] = t["sample(32)"] - t["backend.sample(32)"] - t["_weights(32)"]
+    t["update: rest (conversion, validation)"] = t["update_priorities(32)"] - t["backend write(32)"]
+    return t
+
+
+def profile_dqn(
+    n: int,
+    *,
+    backend: str = "proportional",
+    steps: int,
+    reps: int,
+    block_s: float,
+    log: Callable[[str], None],
+) -> ProfileResult:
+    rng = np.random.default_rng(1)
+    peer = Prisample(n, backend=backend, seed=1)
+    peer.fill(np.abs(rng.standard_normal(n)))
+    sampler = peer.sampler
+    new = [np.abs(rng.standard_normal(32)) for _ in range(64)]
+    idx = [rng.integers(0, n, 32) for _ in range(64)]
+    counter = [0]
+
+    def step() -> None:
+        counter[0] = (counter[0] + 1) & 63
+        draw = sampler.sample(32)
+        sampler.update_priorities(draw.indices, new[counter[0]])
+
+    def sample_only() -> None:
+        sampler.sample(32)
+
+    def update_only() -> None:
+        counter[0] = (counter[0] + 1) & 63
+        sampler.update_priorities(idx[counter[0]], new[counter[0]])
+
+    result = ProfileResult(n=n, backend=backend)
+    result.components = _components(sampler, idx, new, reps=reps, block_s=block_s)
+    arrays = [np.zeros(8) for _ in range(5)]
+    small = np.random.default_rng(0).random(32)
+    obj = _Obj()
+    result.calls = measure(
+        {"DQN step": step, "sample(32)": sample_only, "update_priorities(32)": update_only},
+        reps=reps,
+        block_s=block_s,
+    )
+    result.floors = measure(
+        {
+            "empty numba kernel, 5 array args": lambda: _empty_kernel(*arrays),
+            "np.minimum(x32, 1.0) ** 0.4": lambda: np.minimum(small, 1.0) ** 0.4,
+            "Python method call": obj.method,
+        },
+        reps=reps,
+        block_s=block_s,
+    )
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    entries = []
+    total = 0.0
+    for key, (_cc, ncalls, tottime, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        total += tottime
+        entries.append(
+            {
+                "function": _short(key),
+                "calls_per_step": ncalls / steps,
+                "self_us_per_step": tottime / steps * 1e6,
+                "cum_us_per_step": cumtime / steps * 1e6,
+            }
+        )
+    entries.sort(key=lambda e: -e["self_us_per_step"])
+    result.functions = [e for e in entries if "breakdown.py" not in e["function"]][:16]
+    result.profiled_total_us = total / steps * 1e6
+    log(
+        f"  profile {backend} N=2^{n.bit_length() - 1}: "
+        + ", ".join(f"{k} {v:.1f} µs" for k, v in result.calls.items())
+        + f"; under cProfile {result.profiled_total_us:.1f} µs/step"
+    )
+    for e in result.functions[:8]:
+        log(f"    {e['self_us_per_step']:7.2f} µs self  {e['calls_per_step']:4.1f}×  {e['function']}")
+    return result

@@ -1,0 +1,135 @@
+"""µs per operation of every peer, side by side, for each capacity ``N`` and batch size ``k``.
+
+All peers are built and pre-filled to ``N`` valid slots with the same random priorities
+``|N(0, 1)|`` before any timing.  Arguments (slot arrays, new priorities) are drawn beforehand
+from a pool of 64 random batches per case, converted to each library's own type (numpy or
+torch), and cycled through, so that successive calls touch different slots as in training.
+
+Operations:
+
+* ``sample k``: draw ``k`` slots with their importance weights;
+* ``update k``: set ``k`` raw priorities of random valid slots;
+* ``add k``: write ``k`` consecutive ring slots (new items at the max priority); ``add 1``: one;
+* ``DQN step``: sample 32 (+ weights) then update those 32 with given new ``|δ|``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from benchmarks.peers import Peer, make_peer
+from benchmarks.timing import measure, time_once
+
+POOL = 64
+
+
+@dataclass
+class SpeedResult:
+    n: int
+    peers: list[str]
+    errors: dict[str, str] = field(default_factory=dict)
+    # (operation, k) -> peer -> µs per call
+    times: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
+    fill_s: dict[str, float] = field(default_factory=dict)
+    rank_resort_s: float | None = None
+    rank_resort_every: int | None = None
+
+
+def build_peers(
+    n: int, names: list[str], priorities: np.ndarray, seed: int
+) -> tuple[dict[str, Peer], dict[str, str]]:
+    """Construct and pre-fill every peer; a peer that fails is recorded, not fatal."""
+    import time
+
+    peers: dict[str, Peer] = {}
+    errors: dict[str, str] = {}
+    for name in names:
+        try:
+            peer = make_peer(name, n, seed=seed)
+            start = time.perf_counter()
+            peer.fill(priorities)
+            peer.fill_s = time.perf_counter() - start
+            peers[name] = peer
+        except Exception as error:  # an optional peer that will not import or run
+            errors[name] = f"{type(error).__name__}: {error}"
+    return peers, errors
+
+
+def _cycle(pool: list[tuple[Any, ...]], fn: Callable[..., object]) -> Callable[[], object]:
+    it = itertools.cycle(pool)
+    return lambda: fn(*next(it))
+
+
+def run_speed(
+    n: int,
+    ks: list[int],
+    names: list[str],
+    *,
+    reps: int,
+    block_s: float,
+    seed: int = 0,
+    log: Callable[[str], None],
+) -> SpeedResult:
+    rng = np.random.default_rng(seed)
+    priorities = np.abs(rng.standard_normal(n))
+    peers, errors = build_peers(n, names, priorities, seed)
+    result = SpeedResult(n=n, peers=list(peers), errors=errors)
+    result.fill_s = {name: peer.fill_s for name, peer in peers.items()}
+
+    def record(op: str, k: int, cases: dict[str, Callable[[], object]]) -> None:
+        times = measure(cases, reps=reps, block_s=block_s)
+        result.times[(op, k)] = times
+        base = times.get("prisample")
+        cells = ", ".join(
+            f"{name} {t:.1f}" + (f" ({t / base:.2f}×)" if base and name != "prisample" else "")
+            for name, t in times.items()
+        )
+        log(f"  N=2^{n.bit_length() - 1} {op} k={k}: {cells} µs")
+
+    for k in ks:
+        idx = [rng.integers(0, n, k) for _ in range(POOL)]
+        new = [np.abs(rng.standard_normal(k)) for _ in range(POOL)]
+        start = rng.integers(0, n, POOL)
+        ring = [(s + np.arange(k)) % n for s in start]
+        record("sample", k, {name: (lambda p=p, k=k: p.sample(k)) for name, p in peers.items()})
+        record(
+            "update",
+            k,
+            {
+                name: _cycle(
+                    [(p.indices(i), p.priorities(v)) for i, v in zip(idx, new, strict=True)], p.update
+                )
+                for name, p in peers.items()
+            },
+        )
+        record("add", k, {name: _cycle([(p.indices(r),) for r in ring], p.add) for name, p in peers.items()})
+
+    slots = [(int(s),) for s in rng.integers(0, n, POOL)]
+    record("add", 1, {name: _cycle(slots, p.add_one) for name, p in peers.items()})
+
+    dqn_names = [*peers, "prisample (torch |δ|)"] if "prisample" in peers else list(peers)
+    if "prisample" in peers:
+        extra = make_peer("prisample (torch |δ|)", n, seed=seed)
+        extra.fill(priorities)
+        peers["prisample (torch |δ|)"] = extra
+    new32 = [np.abs(rng.standard_normal(32)) for _ in range(POOL)]
+    record(
+        "DQN step",
+        32,
+        {
+            name: _cycle([(peers[name].priorities(v),) for v in new32], peers[name].dqn_step)
+            for name in dqn_names
+        },
+    )
+
+    rank = peers.get("prisample-rank")
+    backend = getattr(getattr(rank, "sampler", None), "_backend", None)
+    if backend is not None and hasattr(backend, "resort"):
+        result.rank_resort_s = time_once(backend.resort)
+        result.rank_resort_every = getattr(backend, "resort_every", None)
+    return result
