@@ -30,7 +30,11 @@ class Backend(Protocol):
     """
 
     capacity: int
-    count: int  # non-empty slots
+
+    @property
+    def count(self) -> int:
+        """Number of non-empty slots."""
+        ...
 
     def write(self, slots: IntArray, values: FloatArray) -> None:
         """``raw[slots] = values`` in order (NaN empties a slot); ``ValueError`` changes nothing."""

@@ -60,8 +60,8 @@ class PrioritizedSampler(Sampler[int]):
 
     * ``"proportional"``: ``P(i) = (p_i + ε)^α / Σ_k (p_k + ε)^α``, sum tree, one uniform draw in
       each of ``k`` equal-mass ranges (App. B.2.1);
-    * ``"rank"``: ``P(i) = rank(i)^-α / Σ_r r^-α``, rank by ``p_i`` descending in an approximately
-      sorted heap, one draw per equal-probability stratum of the power law;
+    * ``"rank"``: ``P(i) = rank(i)^-α / Σ_r r^-α``, rank by ``p_i`` descending (exact at every
+      draw), one draw per equal-probability stratum of the power law;
     * ``"greedy"``: the ``k`` largest ``p_i`` (Sec. 3.2), unit weights;
     * ``"uniform"``: ``P(i) = 1/N`` over valid slots.
 
