@@ -68,6 +68,10 @@ def power_law_partition(
     Boundaries come from inverting the midpoint approximation ``∫_{1/2}^{x+1/2} t^-α dt`` of
     ``H``; any partition would do, since the masses are computed exactly.
     """
+    if segments >= n:  # one rank per segment: the exact power law
+        starts = np.arange(n + 1, dtype=np.int64)
+        cumulative = power_sum(starts, alpha)
+        return starts, np.diff(cumulative) / cumulative[-1]
     fractions = np.arange(1, segments, dtype=np.float64) / segments
     one_minus = 1.0 - alpha
     if abs(one_minus) < 1e-12:
