@@ -72,11 +72,11 @@ def _components(
     counter = [0]
 
     def backend_write() -> None:
-        counter[0] = (counter[0] + 1) & 63
+        counter[0] = (counter[0] + 1) & 4095
         write(idx[counter[0]], new[counter[0]])
 
     def update() -> None:
-        counter[0] = (counter[0] + 1) & 63
+        counter[0] = (counter[0] + 1) & 4095
         sampler.update_priorities(idx[counter[0]], new[counter[0]])
 
     try:
@@ -111,12 +111,12 @@ def profile_dqn(
     peer = Prisample(n, backend=backend, seed=1)
     peer.fill(np.abs(rng.standard_normal(n)))
     sampler = peer.sampler
-    new = [np.abs(rng.standard_normal(32)) for _ in range(64)]
-    idx = [rng.integers(0, n, 32) for _ in range(64)]
+    new = [np.abs(rng.standard_normal(32)) for _ in range(4096)]
+    idx = [rng.integers(0, n, 32) for _ in range(4096)]
     counter = [0]
 
     def step() -> None:
-        counter[0] = (counter[0] + 1) & 63
+        counter[0] = (counter[0] + 1) & 4095
         draw = sampler.sample(32)
         sampler.update_priorities(draw.indices, new[counter[0]])
 
@@ -124,7 +124,7 @@ def profile_dqn(
         sampler.sample(32)
 
     def update_only() -> None:
-        counter[0] = (counter[0] + 1) & 63
+        counter[0] = (counter[0] + 1) & 4095
         sampler.update_priorities(idx[counter[0]], new[counter[0]])
 
     result = ProfileResult(n=n, backend=backend)

@@ -139,6 +139,18 @@ def _machine(results: dict[str, Any]) -> list[str]:
         f"- Load average (1, 5, 15 min) at start {_load(results['loadavg_start'])}, "
         f"at end {_load(results['loadavg_end'])}; run took {results['elapsed_s']:.0f} s on {m['date']}",
     ]
+    others = [
+        (v, f"N = {_pow2(b['n'])}, {g}") for b in results["speed"] for g, v in b.get("others_cpu", {}).items()
+    ]
+    steal = [v for b in results["speed"] for v in b.get("steal_cpu", {}).values()]
+    if others:
+        mean = sum(v for v, _ in others) / len(others)
+        worst = max(others)
+        lines.append(
+            f"- CPU kept busy by other processes while timing (from `/proc/stat`, in CPUs): mean {mean:.2f} "
+            f"over the {len(others)} timed groups, max {worst[0]:.2f} ({worst[1]}); hypervisor steal max "
+            f"{max(steal):.2f}"
+        )
     if results.get("note"):
         lines.append(f"- {results['note']}")
     ext = results.get("torchrl_extension", {})
@@ -372,6 +384,25 @@ def _rank_tv(results: dict[str, Any]) -> list[str]:
         "moment.",
         "",
     ]
+    summary = []
+    for r in rows:
+        if r.get("error") or not r["rows"]:
+            continue
+        default = [
+            x for x in r["rows"] if r["resort_every"] and x["writes_over_n"] * r["n"] >= r["resort_every"]
+        ]
+        worse = [x for x in r["rows"] if x["prisample"] > x["paper32_exact_order"]]
+        part = f"N = {_pow2(r['n'])}: {r['rows'][0]['prisample']:.4f} right after a sort"
+        if worse:
+            part += (
+                f", already above the paper's 32-segment error ({worse[0]['paper32_exact_order']:.4f}) "
+                f"after {worse[0]['writes_over_n']:.3g}·N writes"
+            )
+        if default:
+            part += f", {default[0]['prisample']:.4f} at the default interval"
+        summary.append(part)
+    if summary:
+        lines += ["Summary — " + "; ".join(summary) + ".", ""]
     for r in rows:
         if r.get("error"):
             lines += [f"N = {_pow2(r['n'])}: {r['error']}", ""]
@@ -462,8 +493,9 @@ def _analysis(results: dict[str, Any]) -> list[str]:
         needed = min(r["needed_us"] for r in speed_missed)
         mem = results.get("memory", {}).get("prisample", {})
         tree_mb = (mem.get("nbytes_per_slot") or 0.0) * n / 2**20  # bytes per slot measured at memory n
-        growth = ", ".join(
-            f"N = {_pow2(m)}: prisample {_us(dqn[m].get('prisample'))}, cpprb {_us(dqn[m].get('cpprb'))}"
+        growth = "; ".join(
+            f"N = {_pow2(m)}: prisample {_us(dqn[m].get('prisample'))}, cpprb {_us(dqn[m].get('cpprb'))}, "
+            f"TorchRL {_us(dqn[m].get('TorchRL'))}"
             for m in sizes
         )
         text = (

@@ -23,9 +23,14 @@ from typing import Any
 import numpy as np
 
 from benchmarks.peers import Peer, make_peer
-from benchmarks.timing import measure, time_once
+from benchmarks.timing import CpuMonitor, measure, time_once
 
 POOL = 64
+
+
+def update_pool(k: int) -> int:
+    """Random batches prepared for ``update k``: enough that the slots they touch are not all cached."""
+    return max(POOL, min(4096, (1 << 20) // k))
 
 
 @dataclass
@@ -38,6 +43,9 @@ class SpeedResult:
     fill_s: dict[str, float] = field(default_factory=dict)
     rank_resort_s: float | None = None
     rank_resort_every: int | None = None
+    # "op k" -> CPUs kept busy by other processes / stolen by the hypervisor while timing that case
+    others_cpu: dict[str, float] = field(default_factory=dict)
+    steal_cpu: dict[str, float] = field(default_factory=dict)
 
 
 def build_peers(
@@ -82,8 +90,11 @@ def run_speed(
     result.fill_s = {name: peer.fill_s for name, peer in peers.items()}
 
     def record(op: str, k: int, cases: dict[str, Callable[[], object]]) -> None:
-        times = measure(cases, reps=reps, block_s=block_s)
+        with CpuMonitor() as monitor:
+            times = measure(cases, reps=reps, block_s=block_s)
         result.times[(op, k)] = times
+        result.others_cpu[f"{op} {k}"] = monitor.others
+        result.steal_cpu[f"{op} {k}"] = monitor.steal
         base = times.get("prisample")
         cells = ", ".join(
             f"{name} {t:.1f}" + (f" ({t / base:.2f}×)" if base and name != "prisample" else "")
@@ -92,8 +103,8 @@ def run_speed(
         log(f"  N=2^{n.bit_length() - 1} {op} k={k}: {cells} µs")
 
     for k in ks:
-        idx = [rng.integers(0, n, k) for _ in range(POOL)]
-        new = [np.abs(rng.standard_normal(k)) for _ in range(POOL)]
+        idx = [rng.integers(0, n, k) for _ in range(update_pool(k))]
+        new = [np.abs(rng.standard_normal(k)) for _ in range(update_pool(k))]
         start = rng.integers(0, n, POOL)
         ring = [(s + np.arange(k)) % n for s in start]
         record("sample", k, {name: (lambda p=p, k=k: p.sample(k)) for name, p in peers.items()})

@@ -10,9 +10,11 @@ per call in a block, in microseconds.  The garbage collector is off while timing
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def _block(fn: Callable[[], object], calls: int) -> float:
@@ -60,3 +62,44 @@ def time_once(fn: Callable[[], object], reps: int = 3) -> float:
         fn()
         best = min(best, time.perf_counter() - start)
     return best
+
+
+class CpuMonitor:
+    """CPUs used by *other* processes (and stolen by the hypervisor) during a ``with`` block.
+
+    From ``/proc/stat`` (all busy time) minus ``/proc/self/stat`` (this process), in CPUs on
+    average: 0.0 means the machine was otherwise idle, 1.0 one other core fully busy.
+    """
+
+    others = float("nan")
+    steal = float("nan")
+
+    @staticmethod
+    def _read() -> tuple[float, int, int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6]  # user nice system irq softirq
+        steal = fields[7] if len(fields) > 7 else 0
+        with open("/proc/self/stat") as f:
+            stat = f.read().rsplit(")", 1)[1].split()
+        own = int(stat[11]) + int(stat[12])  # utime + stime
+        return time.perf_counter(), busy, steal, own
+
+    def __enter__(self) -> CpuMonitor:
+        try:
+            self._start: tuple[float, int, int, int] | None = self._read()
+        except (OSError, ValueError, IndexError):
+            self._start = None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._start is None:
+            return
+        try:
+            end = self._read()
+        except (OSError, ValueError, IndexError):
+            return
+        hz = os.sysconf("SC_CLK_TCK")
+        wall = max(end[0] - self._start[0], 1e-9)
+        self.others = max(0.0, ((end[1] - self._start[1]) - (end[3] - self._start[3])) / hz / wall)
+        self.steal = (end[2] - self._start[2]) / hz / wall
