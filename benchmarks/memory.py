@@ -63,16 +63,28 @@ def array_nbytes(obj: Any, buffers: dict[int, int] | None = None) -> int:
 
 
 def prisample_arrays(sampler: Any) -> dict[str, int]:
-    """``.nbytes`` of each array attribute of the sampler and its backend (for the table)."""
+    """``.nbytes`` of each distinct array the sampler holds, by dotted attribute path (≥ 1 KiB)."""
     out: dict[str, int] = {}
-    buffers: dict[int, int] = {}
-    for owner_name, owner in (("sampler", sampler), ("backend", sampler._backend)):
-        for attr, value in vars(owner).items():
-            if attr == "_backend":
-                continue
-            size = array_nbytes(value, buffers)
-            if size:
-                out[f"{owner_name}.{attr}"] = size
+    seen_objects: set[int] = set()
+    buffers: set[int] = set()
+
+    def visit(o: Any, path: str) -> None:
+        if id(o) in seen_objects:
+            return
+        seen_objects.add(id(o))
+        if isinstance(o, np.ndarray):
+            root = o
+            while isinstance(root.base, np.ndarray):
+                root = root.base
+            if id(root) not in buffers:
+                buffers.add(id(root))
+                if root.nbytes >= 1024:
+                    out[path] = root.nbytes
+        elif hasattr(o, "__dict__") and not isinstance(o, (type, np.random.Generator)):
+            for attr, value in vars(o).items():
+                visit(value, f"{path}.{attr}" if path else attr)
+
+    visit(sampler, "")
     return out
 
 
