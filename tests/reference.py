@@ -1,0 +1,255 @@
+"""A naive O(N) reference model of :class:`prisample.PrioritizedSampler`, and test helpers.
+
+The model stores raw priorities in a dict and recomputes every distribution from scratch with
+the paper's formulas (Schaul et al. 2016): proportional ``P(i) = (p_i + ε)^α / Σ_k (p_k + ε)^α``
+(Eq. 1), rank-based ``P(i) = rank(i)^-α / Σ_{r<=N} r^-α`` (rank by priority descending, ties to the
+lower slot), greedy (the ``m`` slots tied at the maximum share probability 1), uniform ``1/N``;
+new slots enter at the maximum raw priority of the *current* memory (1 when empty); importance
+weights ``w_i = (N · P(i))^-β`` normalised over the memory, the batch or not at all (Sec. 3.4).
+Nothing here shares code with ``prisample``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from prisample import LinearSchedule, PrioritizedSampler
+
+BACKENDS = ("proportional", "rank", "greedy", "uniform")
+NORMS = ("memory", "batch", "none")
+
+
+def power_law(n: int, alpha: float) -> np.ndarray:
+    """Exact rank distribution ``r^-α / Σ_{r<=n} r^-α`` for ranks ``1..n``."""
+    ranks = np.arange(1, n + 1, dtype=np.float64)
+    mass = ranks**-alpha
+    return mass / math.fsum(mass)
+
+
+def weight_formula(
+    probabilities: Sequence[float], n: int, beta: float, normalize: str, min_probability: float
+) -> np.ndarray:
+    """Hand-written ``(N·P)^-β`` with the chosen normalisation, in float64."""
+    p = np.asarray(probabilities, dtype=np.float64)
+    raw = (n * p) ** -beta
+    if normalize == "none":
+        return raw
+    if normalize == "memory":
+        return raw / (n * min_probability) ** -beta
+    if normalize == "batch":
+        return raw / raw.max()
+    raise AssertionError(normalize)
+
+
+class ReferenceSampler:
+    """The semantics of ``PrioritizedSampler`` written the slow, obvious way."""
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        alpha: float = 0.6,
+        beta: float | LinearSchedule = 0.4,
+        eps: float = 1e-6,
+        backend: str = "proportional",
+        weight_norm: str = "memory",
+        size: int | None = None,
+    ) -> None:
+        self.capacity = capacity
+        self.alpha = alpha
+        self.beta_schedule = beta
+        self.eps = eps
+        self.backend = backend
+        self.weight_norm = weight_norm
+        self.raw: dict[int, float] = {}
+        self.step = 0
+        self.add(range(capacity if size is None else size))
+
+    # -- state ------------------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return len(self.raw)
+
+    @property
+    def valid(self) -> list[int]:
+        return sorted(self.raw)
+
+    @property
+    def max_priority(self) -> float:
+        return max(self.raw.values()) if self.raw else 1.0
+
+    @property
+    def priorities(self) -> np.ndarray:
+        out = np.full(self.capacity, np.nan)
+        for slot, value in self.raw.items():
+            out[slot] = value
+        return out
+
+    @property
+    def beta(self) -> float:
+        if isinstance(self.beta_schedule, LinearSchedule):
+            schedule = self.beta_schedule
+            fraction = min(self.step / schedule.steps, 1.0)
+            return schedule.start + (schedule.end - schedule.start) * fraction
+        return float(self.beta_schedule)
+
+    # -- writes -----------------------------------------------------------------------------------
+    def add(self, slots: Iterable[int]) -> None:
+        priority = self.max_priority
+        for slot in slots:
+            self.raw[int(slot)] = priority
+
+    def update_priorities(self, slots: Iterable[int], values: Iterable[float]) -> None:
+        pairs = [(int(s), float(v)) for s, v in zip(slots, values, strict=True)]
+        if any(s not in self.raw for s, _ in pairs):
+            raise ValueError("indices should be valid slots")
+        if any(not (math.isfinite(v) and v >= 0.0) for _, v in pairs):
+            raise ValueError("priorities should be finite and >= 0")
+        for slot, value in pairs:
+            self.raw[slot] = value
+
+    def remove(self, slots: Iterable[int]) -> None:
+        for slot in slots:
+            self.raw.pop(int(slot), None)
+
+    # -- distribution -----------------------------------------------------------------------------
+    def rank_order(self) -> list[int]:
+        """Valid slots by priority descending, ties to the lower slot (rank 1 first)."""
+        return sorted(self.raw, key=lambda slot: (-self.raw[slot], slot))
+
+    def distribution(self) -> dict[int, float]:
+        """``P(i)`` of every valid slot under the exact formula of the backend."""
+        n = self.size
+        if n == 0:
+            return {}
+        if self.backend == "proportional":
+            mass = {slot: (p + self.eps) ** self.alpha for slot, p in self.raw.items()}
+            total = math.fsum(mass.values())
+            return {slot: m / total for slot, m in mass.items()}
+        if self.backend == "rank":
+            law = power_law(n, self.alpha)
+            return {slot: float(law[r]) for r, slot in enumerate(self.rank_order())}
+        if self.backend == "greedy":
+            top = self.max_priority
+            ties = sum(1 for p in self.raw.values() if p == top)
+            return {slot: (1.0 / ties if p == top else 0.0) for slot, p in self.raw.items()}
+        if self.backend == "uniform":
+            return dict.fromkeys(self.raw, 1.0 / n)
+        raise AssertionError(self.backend)
+
+    def probabilities(self, slots: Iterable[int]) -> np.ndarray:
+        dist = self.distribution()
+        return np.array([dist[int(s)] for s in slots], dtype=np.float64)
+
+    def min_probability(self) -> float:
+        return min(self.distribution().values())
+
+    def weights(self, slots: Iterable[int]) -> np.ndarray:
+        """IS weights of ``slots`` at the current ``β`` (unit weights for greedy)."""
+        slots = list(slots)
+        if self.backend == "greedy":
+            return np.ones(len(slots))
+        p = self.probabilities(slots)
+        return weight_formula(p, self.size, self.beta, self.weight_norm, self.min_probability())
+
+    def greedy_top(self, k: int) -> list[int]:
+        return self.rank_order()[:k]
+
+
+# ------------------------------------------------------------------------------------------------
+# statistics
+# ------------------------------------------------------------------------------------------------
+
+
+def chi_square(counts: np.ndarray, probabilities: np.ndarray) -> tuple[float, int]:
+    """Pearson's statistic of ``counts`` against ``probabilities`` and its degrees of freedom."""
+    counts = np.asarray(counts, dtype=np.float64)
+    expected = counts.sum() * np.asarray(probabilities, dtype=np.float64)
+    assert np.all(counts[expected == 0.0] == 0.0), "a bin of probability 0 was drawn"
+    keep = expected > 0.0
+    statistic = float(np.sum((counts[keep] - expected[keep]) ** 2 / expected[keep]))
+    return statistic, int(keep.sum()) - 1
+
+
+def chi_square_threshold(df: int, z: float = 5.5) -> float:
+    """Upper quantile of χ²(df) at standard-normal level ``z`` (Wilson–Hilferty approximation).
+
+    ``z = 5.5`` is a one-sided tail of about 2e-8: with fixed seeds a correct sampler fails with
+    negligible probability, while any wrong formula at the sample sizes used is off by far more.
+    Stratified batches have smaller count variance than multinomial ones, so the bound is
+    conservative for them.
+    """
+    if df <= 0:
+        return 0.0
+    c = 2.0 / (9.0 * df)
+    return df * (1.0 - c + z * math.sqrt(c)) ** 3
+
+
+def assert_frequencies(counts: np.ndarray, probabilities: np.ndarray, z: float = 5.5) -> None:
+    statistic, df = chi_square(counts, probabilities)
+    threshold = chi_square_threshold(df, z)
+    assert statistic <= threshold, f"chi-square {statistic:.1f} >= {threshold:.1f} with df={df}"
+
+
+def total_variation(p: np.ndarray, q: np.ndarray) -> float:
+    return 0.5 * float(np.abs(np.asarray(p, dtype=np.float64) - np.asarray(q, dtype=np.float64)).sum())
+
+
+def draw_counts(sampler: PrioritizedSampler, calls: int, k: int) -> np.ndarray:
+    counts = np.zeros(sampler.capacity, dtype=np.int64)
+    for _ in range(calls):
+        counts += np.bincount(sampler.sample(k).indices, minlength=sampler.capacity)
+    return counts
+
+
+# ------------------------------------------------------------------------------------------------
+# state helpers
+# ------------------------------------------------------------------------------------------------
+
+
+def assert_same(a: Any, b: Any, path: str = "state") -> None:
+    """Structural equality of nested dicts/lists/arrays (NaN equal to NaN)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), f"{path}: keys {set(a)} != {set(b)}"
+        for key in a:
+            assert_same(a[key], b[key], f"{path}[{key!r}]")
+    elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape, f"{path}: shape {a.shape} != {b.shape}"
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), f"{path}: {a} != {b}"
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), f"{path}: length"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and math.isnan(a):
+        assert isinstance(b, float) and math.isnan(b), f"{path}: {a} != {b}"
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def clone(sampler: PrioritizedSampler, seed: int = 12345) -> PrioritizedSampler:
+    """A fresh sampler (other seed, default options) loaded with ``sampler``'s state."""
+    other = PrioritizedSampler(sampler.capacity, backend=sampler.backend_name, seed=seed)
+    other.load_state_dict(copy.deepcopy(sampler.state_dict()))
+    return other
+
+
+def exactly_sorted(sampler: PrioritizedSampler) -> PrioritizedSampler:
+    """``sampler`` with its rank order made exact (a no-op for backends that keep it exact)."""
+    resort = getattr(sampler._backend, "resort", None)
+    if resort is not None:
+        resort()
+    return sampler
+
+
+def assert_draws_equal(a: Any, b: Any) -> None:
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_array_equal(a.weights, b.weights)
+    np.testing.assert_array_equal(a.probabilities, b.probabilities)
+    assert a.indices.dtype == np.int64 and a.weights.dtype == np.float32
+    assert a.probabilities.dtype == np.float64
