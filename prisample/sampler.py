@@ -100,7 +100,9 @@ class PrioritizedSampler(Sampler[int]):
         self.capacity = check_positive_int(capacity, "capacity")
         self._alpha = check_real(alpha, "alpha", minimum=0.0)
         self._eps = check_real(eps, "eps", minimum=0.0, strict=True)
-        if not 0.0 < self._eps**self._alpha < np.inf:
+        with np.errstate(over="ignore", under="ignore"):
+            smallest_mass = np.float64(self._eps) ** self._alpha
+        if not 0.0 < smallest_mass < np.inf:
             raise ValueError(f"eps**alpha should be a positive float, but got eps={eps!r}, alpha={alpha!r}")
         self.beta = beta
         if backend not in BACKENDS:
@@ -136,7 +138,9 @@ class PrioritizedSampler(Sampler[int]):
     def alpha(self, value: float) -> None:
         alpha = check_real(value, "alpha", minimum=0.0)
         largest = max(self._backend.max_priority(), 1.0) if self.size else 1.0
-        if not (self._eps**alpha > 0.0 and (largest + self._eps) ** alpha < np.inf):
+        with np.errstate(over="ignore", under="ignore"):
+            low, high = np.float64(self._eps) ** alpha, np.float64(largest + self._eps) ** alpha
+        if not (low > 0.0 and high < np.inf):
             raise ValueError(f"alpha should keep (p + eps)^alpha a positive float, but got alpha={value!r}")
         self._alpha = alpha
         self._backend.set_alpha(alpha)

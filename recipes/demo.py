@@ -118,7 +118,7 @@ def show_dataloader(config: DemoConfig) -> None:
                 sampler.update_priorities(indices, losses.detach())  # the one added line
                 rare_draws += int((indices < n_rare).sum())
         with torch.no_grad():
-            features, labels = dataset.tensors
+            features = dataset.tensors[0]
             rare_recall = (model(features[:n_rare]).argmax(1) == 1).float().mean().item()
         share = rare_draws / (config.epochs * len(dataset))
         print(f"   {label:<20} rare class: {share:5.1%} of draws, recall {rare_recall:5.1%}")
