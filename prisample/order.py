@@ -7,21 +7,23 @@ App. B.2.1) answers both in ``O(1)`` but misplaces items by up to a factor of tw
 moves the sampling distribution by more than 0.02 in total variation within a few thousand
 writes.  This structure is exact at all times instead:
 
-* the sorted sequence is cut into a fixed number of *blocks*, each a sorted row of
-  ``(key, slot)`` pairs with room for ``2·LOAD``; block ``b`` holds the pairs between its
-  lower bound and the previous block's, so a write finds its block by binary search over the
-  bounds, then its place in the row, then moves at most one row's tail;
-* a row that fills up passes its last pair to the next block (lowering its own bound); when that
-  cascades too far, or a pass finds every row full, the whole order is re-chunked in ``O(N)``;
-* a Fenwick tree over block sizes turns a rank into (block, offset) and back.  Blocks never move,
-  so the tree only ever changes by ±1.
+* the sorted sequence is cut into *blocks*, each a sorted row of ``(key, slot)`` pairs with room
+  for ``ROOM``; every block holds the pairs between its own lower *bound* and its left
+  neighbour's, so a write finds its block by binary search over the bounds, its place in the row
+  by binary search, and moves at most one row's tail;
+* blocks sit at *positions* with gaps between them: a full block splits into two halves, the new
+  half taking the next free position (the few blocks in between shift right); an emptied block
+  frees its position; when no gap or spare block is near, everything is re-laid in ``O(N)``;
+* pair counts per position, with a Fenwick tree over groups of ``GROUP`` positions, turn a rank
+  into (position, offset) and back; the bounds are searched group first, then inside the group,
+  so both searches touch a few cache lines.
 
 ::
 
-    block:       0              1              2                rows sorted, keys descending
-    rows:       [9.1 6.5 5.0]  [3.0 3.0 2.2]  [0.2 0.1 · ·]    ties ordered by slot
-    bounds:      (5.0, 8)       (2.2, 3)       (-inf)          smallest pair each block may hold
-    Fenwick:     sizes 3, 3, 2  → rank 6 is block 2, offset 0
+    position:    0              1        2              3        blocks at positions, gaps between
+    rows:       [9.1 6.5 5.0]   ·       [3.0 3.0 2.2]   ·        keys descending, ties by slot
+    bounds:      (5.0, slot 8)  (same)   (-inf)         (-inf)   smallest pair each block may hold
+    counts:      3              0        3              0        → rank 4 is position 2, offset 1
 
 Keys are read from the sampler's raw-priority array; ``NaN`` (empty) slots are never held.
 """
@@ -37,6 +39,7 @@ import numpy.typing as npt
 ROOM = 64  # pairs a block can hold; a full block splits in two
 LOAD = 48  # pairs per block after a re-chunk
 POOL_PER_SLOT = 1 / 32  # blocks allocated per slot of capacity: room to split before re-chunking
+GROUP = 64  # positions per group in the two-level search and count structures
 _EMPTY = -1
 
 
@@ -47,9 +50,21 @@ def _before(key_a: float, slot_a: int, key_b: float, slot_b: int) -> bool:
 
 
 @numba.njit(cache=True)
-def _position_of(bound_key: np.ndarray, bound_slot: np.ndarray, key: float, slot: int) -> int:
-    """First position whose bound is not before ``(key, slot)``: the block that holds it."""
-    lo, hi = 0, bound_key.shape[0] - 1
+def _position_of(bound_key: np.ndarray, bound_slot: np.ndarray, positions: int, key: float, slot: int) -> int:
+    """First position whose bound is not before ``(key, slot)``: the block that holds it.
+
+    Two binary searches: over the bounds of whole groups (stored after the ``positions``
+    entries: the bound of each group's last position), then inside the group found.
+    """
+    lo, hi = positions, bound_key.shape[0] - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if _before(bound_key[mid], bound_slot[mid], key, slot):
+            lo = mid + 1
+        else:
+            hi = mid
+    lo = (lo - positions) * GROUP
+    hi = lo + GROUP - 1
     while lo < hi:
         mid = (lo + hi) >> 1
         if _before(bound_key[mid], bound_slot[mid], key, slot):
@@ -57,6 +72,16 @@ def _position_of(bound_key: np.ndarray, bound_slot: np.ndarray, key: float, slot
         else:
             hi = mid
     return lo
+
+
+@numba.njit(cache=True)
+def _sync_groups(
+    bound_key: np.ndarray, bound_slot: np.ndarray, positions: int, first: int, last: int
+) -> None:
+    """Refresh the group bounds of the groups holding positions ``first .. last``."""
+    for g in range(first // GROUP, last // GROUP + 1):
+        bound_key[positions + g] = bound_key[g * GROUP + GROUP - 1]
+        bound_slot[positions + g] = bound_slot[g * GROUP + GROUP - 1]
 
 
 @numba.njit(cache=True)
@@ -71,40 +96,64 @@ def _count_before(row_key: np.ndarray, row_slot: np.ndarray, size: int, key: flo
     return lo
 
 
+# Pair counts: ``counts[p]`` for each position ``p < P``, then a Fenwick tree over the totals of
+# groups of ``GROUP`` positions in ``counts[P:]`` — a small tree that stays in cache.
+
+
 @numba.njit(cache=True, inline="always")
-def _fenwick_add(fenwick: np.ndarray, position: int, delta: int) -> None:
-    i = position + 1
-    while i < fenwick.shape[0]:
-        fenwick[i] += delta
+def _count_add(counts: np.ndarray, positions: int, position: int, delta: int) -> None:
+    counts[position] += delta
+    i = position // GROUP + 1
+    while i < counts.shape[0] - positions:
+        counts[positions + i] += delta
         i += i & -i
 
 
 @numba.njit(cache=True)
-def _fenwick_prefix(fenwick: np.ndarray, position: int) -> int:
+def _count_prefix(counts: np.ndarray, positions: int, position: int) -> int:
     """Number of pairs in the blocks before ``position``."""
+    group = position // GROUP
     total = 0
-    i = position
+    i = group
     while i > 0:
-        total += fenwick[i]
+        total += counts[positions + i]
         i -= i & -i
+    for p in range(group * GROUP, position):
+        total += counts[p]
     return total
 
 
 @numba.njit(cache=True)
-def _fenwick_find(fenwick: np.ndarray, rank: int) -> tuple[int, int]:
+def _count_find(counts: np.ndarray, positions: int, rank: int) -> tuple[int, int]:
     """``(position, offset)`` of the pair at 0-based ``rank``."""
-    positions = fenwick.shape[0] - 1
-    position = 0
+    groups = counts.shape[0] - positions - 1
+    group = 0
     step = 1
-    while step * 2 <= positions:
+    while step * 2 <= groups:
         step *= 2
     while step > 0:
-        nxt = position + step
-        if nxt <= positions and fenwick[nxt] <= rank:
-            position = nxt
-            rank -= fenwick[nxt]
+        nxt = group + step
+        if nxt <= groups and counts[positions + nxt] <= rank:
+            group = nxt
+            rank -= counts[positions + nxt]
         step >>= 1
-    return position, rank
+    p = group * GROUP
+    while counts[p] <= rank:
+        rank -= counts[p]
+        p += 1
+    return p, rank
+
+
+@numba.njit(cache=True)
+def _count_build(counts: np.ndarray, positions: int) -> None:
+    groups = counts.shape[0] - positions - 1
+    counts[positions:] = 0
+    for p in range(positions):
+        counts[positions + 1 + p // GROUP] += counts[p]
+    for i in range(1, groups + 1):
+        j = i + (i & -i)
+        if j <= groups:
+            counts[positions + j] += counts[positions + i]
 
 
 @numba.njit(cache=True)
@@ -117,7 +166,7 @@ def _layout(
     block_at: np.ndarray,
     bound_key: np.ndarray,
     bound_slot: np.ndarray,
-    fenwick: np.ndarray,
+    counts: np.ndarray,
     free: np.ndarray,
     meta: np.ndarray,
 ) -> None:
@@ -126,8 +175,9 @@ def _layout(
     positions = block_at.shape[0]
     blocks = max(1, -(-n // LOAD))
     block_at[:] = _EMPTY
-    fenwick[:] = 0
+    counts[:] = 0
     size[:] = 0
+    bound_key[:] = 0.0
     for b in range(blocks):
         start = b * LOAD
         stop = min(start + LOAD, n)
@@ -137,11 +187,8 @@ def _layout(
         size[b] = stop - start
         p = b * positions // blocks
         block_at[p] = b
-        fenwick[p + 1] = size[b]
-    for i in range(1, positions + 1):  # Fenwick from sizes in O(P)
-        j = i + (i & -i)
-        if j <= positions:
-            fenwick[j] += fenwick[i]
+        counts[p] = size[b]
+    _count_build(counts, positions)
     left_key, left_slot = np.inf, 0  # empty positions repeat the bound on their left
     for p in range(positions):
         b = block_at[p]
@@ -151,6 +198,7 @@ def _layout(
         bound_key[p] = left_key
         bound_slot[p] = left_slot
     _unbound_last(block_at, bound_key, bound_slot)
+    _sync_groups(bound_key, bound_slot, positions, 0, positions - 1)
     pool = size.shape[0]
     meta[0] = pool - blocks
     for i in range(pool - blocks):
@@ -160,12 +208,14 @@ def _layout(
 @numba.njit(cache=True)
 def _unbound_last(block_at: np.ndarray, bound_key: np.ndarray, bound_slot: np.ndarray) -> None:
     """The last block takes everything after its left neighbour: its bound (and after) is -inf."""
-    p = block_at.shape[0] - 1
+    last = block_at.shape[0] - 1
+    p = last
     while p > 0 and block_at[p] == _EMPTY:
         bound_key[p] = -np.inf
         p -= 1
     bound_key[p] = -np.inf
     bound_slot[p] = 0
+    _sync_groups(bound_key, bound_slot, block_at.shape[0], p, last)
 
 
 @numba.njit(cache=True)
@@ -176,7 +226,7 @@ def _rechunk(
     block_at: np.ndarray,
     bound_key: np.ndarray,
     bound_slot: np.ndarray,
-    fenwick: np.ndarray,
+    counts: np.ndarray,
     free: np.ndarray,
     meta: np.ndarray,
 ) -> None:
@@ -194,7 +244,7 @@ def _rechunk(
                 keys[n] = row_key[b, q]
                 slots[n] = row_slot[b, q]
                 n += 1
-    _layout(keys, slots, row_key, row_slot, size, block_at, bound_key, bound_slot, fenwick, free, meta)
+    _layout(keys, slots, row_key, row_slot, size, block_at, bound_key, bound_slot, counts, free, meta)
 
 
 @numba.njit(cache=True)
@@ -205,7 +255,7 @@ def _split(
     block_at: np.ndarray,
     bound_key: np.ndarray,
     bound_slot: np.ndarray,
-    fenwick: np.ndarray,
+    counts: np.ndarray,
     free: np.ndarray,
     meta: np.ndarray,
     p: int,
@@ -216,15 +266,15 @@ def _split(
     while gap < positions and block_at[gap] != _EMPTY and gap - p <= 64:
         gap += 1
     if meta[0] == 0 or gap == positions or block_at[gap] != _EMPTY:
-        _rechunk(row_key, row_slot, size, block_at, bound_key, bound_slot, fenwick, free, meta)
+        _rechunk(row_key, row_slot, size, block_at, bound_key, bound_slot, counts, free, meta)
         return
     for t in range(gap, p + 1, -1):  # shift blocks p+1 .. gap-1 one position right
         moved = block_at[t - 1]
         block_at[t] = moved
         bound_key[t] = bound_key[t - 1]
         bound_slot[t] = bound_slot[t - 1]
-        _fenwick_add(fenwick, t - 1, -size[moved])
-        _fenwick_add(fenwick, t, size[moved])
+        _count_add(counts, positions, t - 1, -size[moved])
+        _count_add(counts, positions, t, size[moved])
     meta[0] -= 1
     fresh = free[meta[0]]
     b = block_at[p]
@@ -239,8 +289,9 @@ def _split(
     bound_slot[p + 1] = bound_slot[p]
     bound_key[p] = row_key[b, half - 1]
     bound_slot[p] = row_slot[b, half - 1]
-    _fenwick_add(fenwick, p, -(ROOM - half))
-    _fenwick_add(fenwick, p + 1, ROOM - half)
+    _count_add(counts, positions, p, -(ROOM - half))
+    _count_add(counts, positions, p + 1, ROOM - half)
+    _sync_groups(bound_key, bound_slot, positions, p, gap)
 
 
 @numba.njit(cache=True)
@@ -251,13 +302,14 @@ def _insert(
     block_at: np.ndarray,
     bound_key: np.ndarray,
     bound_slot: np.ndarray,
-    fenwick: np.ndarray,
+    counts: np.ndarray,
     free: np.ndarray,
     meta: np.ndarray,
     key: float,
     slot: int,
 ) -> None:
-    p = _position_of(bound_key, bound_slot, key, slot)
+    positions = block_at.shape[0]
+    p = _position_of(bound_key, bound_slot, positions, key, slot)
     b = block_at[p]
     n = size[b]
     i = _count_before(row_key[b], row_slot[b], n, key, slot)
@@ -267,9 +319,9 @@ def _insert(
     row_key[b, i] = key
     row_slot[b, i] = slot
     size[b] = n + 1
-    _fenwick_add(fenwick, p, 1)
+    _count_add(counts, positions, p, 1)
     if n + 1 == ROOM:
-        _split(row_key, row_slot, size, block_at, bound_key, bound_slot, fenwick, free, meta, p)
+        _split(row_key, row_slot, size, block_at, bound_key, bound_slot, counts, free, meta, p)
 
 
 @numba.njit(cache=True)
@@ -280,20 +332,21 @@ def _remove(
     block_at: np.ndarray,
     bound_key: np.ndarray,
     bound_slot: np.ndarray,
-    fenwick: np.ndarray,
+    counts: np.ndarray,
     free: np.ndarray,
     meta: np.ndarray,
     key: float,
     slot: int,
 ) -> None:
-    p = _position_of(bound_key, bound_slot, key, slot)
+    positions = block_at.shape[0]
+    p = _position_of(bound_key, bound_slot, positions, key, slot)
     b = block_at[p]
     n = size[b]
     for q in range(_count_before(row_key[b], row_slot[b], n, key, slot), n - 1):
         row_key[b, q] = row_key[b, q + 1]
         row_slot[b, q] = row_slot[b, q + 1]
     size[b] = n - 1
-    _fenwick_add(fenwick, p, -1)
+    _count_add(counts, positions, p, -1)
     if n - 1 > 0:
         return
     # the block is empty: free it unless it is the only one
@@ -316,6 +369,7 @@ def _remove(
     for t in range(p, right):
         bound_key[t] = left_key
         bound_slot[t] = left_slot
+    _sync_groups(bound_key, bound_slot, positions, p, right - 1)
 
 
 @numba.njit(cache=True)
@@ -327,7 +381,7 @@ def _write(
     block_at: np.ndarray,
     bound_key: np.ndarray,
     bound_slot: np.ndarray,
-    fenwick: np.ndarray,
+    counts: np.ndarray,
     free: np.ndarray,
     meta: np.ndarray,
     slots: np.ndarray,
@@ -337,22 +391,22 @@ def _write(
         slot = slots[j]
         old = keys[slot]
         if not np.isnan(old):
-            _remove(row_key, row_slot, size, block_at, bound_key, bound_slot, fenwick, free, meta, old, slot)
+            _remove(row_key, row_slot, size, block_at, bound_key, bound_slot, counts, free, meta, old, slot)
             meta[1] -= 1
         keys[slot] = values[j]
         if not np.isnan(values[j]):
             _insert(
-                row_key, row_slot, size, block_at, bound_key, bound_slot, fenwick, free, meta, values[j], slot
+                row_key, row_slot, size, block_at, bound_key, bound_slot, counts, free, meta, values[j], slot
             )
             meta[1] += 1
 
 
 @numba.njit(cache=True)
 def _select(
-    row_slot: np.ndarray, block_at: np.ndarray, fenwick: np.ndarray, ranks: np.ndarray, out: np.ndarray
+    row_slot: np.ndarray, block_at: np.ndarray, counts: np.ndarray, ranks: np.ndarray, out: np.ndarray
 ) -> None:
     for j in range(ranks.shape[0]):
-        p, offset = _fenwick_find(fenwick, ranks[j])
+        p, offset = _count_find(counts, block_at.shape[0], ranks[j])
         out[j] = row_slot[block_at[p], offset]
 
 
@@ -365,15 +419,15 @@ def _rank(
     block_at: np.ndarray,
     bound_key: np.ndarray,
     bound_slot: np.ndarray,
-    fenwick: np.ndarray,
+    counts: np.ndarray,
     slots: np.ndarray,
     out: np.ndarray,
 ) -> None:
     for j in range(slots.shape[0]):
         slot = slots[j]
-        p = _position_of(bound_key, bound_slot, keys[slot], slot)
+        p = _position_of(bound_key, bound_slot, block_at.shape[0], keys[slot], slot)
         b = block_at[p]
-        out[j] = _fenwick_prefix(fenwick, p) + _count_before(
+        out[j] = _count_prefix(counts, block_at.shape[0], p) + _count_before(
             row_key[b], row_slot[b], size[b], keys[slot], slot
         )
 
@@ -394,10 +448,12 @@ class SortedOrder:
         self.row_slot = np.zeros((pool, ROOM), dtype=np.int32)
         self.size = np.zeros(pool, dtype=np.int32)
         self.free = np.zeros(pool, dtype=np.int32)
-        self.block_at = np.full(2 * pool, _EMPTY, dtype=np.int32)  # block at each position
-        self.bound_key = np.zeros(2 * pool, dtype=np.float64)
-        self.bound_slot = np.zeros(2 * pool, dtype=np.int32)
-        self.fenwick = np.zeros(2 * pool + 1, dtype=np.int64)
+        positions = -(-2 * pool // GROUP) * GROUP
+        groups = positions // GROUP
+        self.block_at = np.full(positions, _EMPTY, dtype=np.int32)  # block at each position
+        self.bound_key = np.zeros(positions + groups, dtype=np.float64)  # then each group's bound
+        self.bound_slot = np.zeros(positions + groups, dtype=np.int32)
+        self.counts = np.zeros(positions + groups + 1, dtype=np.int64)  # then a Fenwick over groups
         self.meta = np.zeros(2, dtype=np.int64)  # free blocks, pairs held
         self.rebuild()
 
@@ -408,7 +464,7 @@ class SortedOrder:
     def _state(self) -> tuple[npt.NDArray[Any], ...]:
         return (
             self.row_key, self.row_slot, self.size, self.block_at, self.bound_key, self.bound_slot,
-            self.fenwick, self.free, self.meta,
+            self.counts, self.free, self.meta,
         )  # fmt: skip
 
     def rebuild(self) -> None:
@@ -425,7 +481,7 @@ class SortedOrder:
     def select(self, ranks: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Slots at the given 0-based ranks (each in ``[0, count)``)."""
         out = np.empty(ranks.shape[0], dtype=np.int64)
-        _select(self.row_slot, self.block_at, self.fenwick, ranks, out)
+        _select(self.row_slot, self.block_at, self.counts, ranks, out)
         return out
 
     def rank(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -433,6 +489,6 @@ class SortedOrder:
         out = np.empty(slots.shape[0], dtype=np.int64)
         _rank(
             self.keys, self.row_key, self.row_slot, self.size, self.block_at, self.bound_key,
-            self.bound_slot, self.fenwick, slots, out,
+            self.bound_slot, self.counts, slots, out,
         )  # fmt: skip
         return out
