@@ -284,18 +284,29 @@ class PrioritizedSampler(Sampler[int]):
             raise ValueError(f"state_dict version should be {STATE_VERSION}, but got version={version!r}")
         for key in ("capacity", "backend"):
             mine = self.capacity if key == "capacity" else self.backend_name
-            if state[key] != mine:
+            if state.get(key) != mine:
                 raise ValueError(f"state_dict {key} should be {mine!r}, but got {key}={state[key]!r}")
-        beta = state["beta"]
-        self.beta = LinearSchedule(**beta) if isinstance(beta, dict) else beta
-        self._alpha = float(state["alpha"])
-        self._eps = float(state["eps"])
-        self.weight_norm = state["weight_norm"]
-        self.batch_size = int(state["batch_size"])
-        self.num_samples = state["num_samples"]
-        self._step = int(state["step"])
-        self.epoch = int(state["epoch"])
-        self._raw[:] = state["priorities"]
+        try:  # build everything first, so that a malformed state changes nothing
+            beta = state["beta"]
+            beta = LinearSchedule(**beta) if isinstance(beta, dict) else check_beta(beta)
+            raw = np.asarray(state["priorities"], dtype=np.float64)
+            if raw.shape != self._raw.shape:
+                raise ValueError(
+                    f"state_dict priorities should have shape {self._raw.shape}, got {raw.shape}"
+                )
+            rng = np.random.default_rng()
+            rng.bit_generator.state = state["rng"]
+            alpha, eps = float(state["alpha"]), float(state["eps"])
+            scalars = (state["weight_norm"], int(state["batch_size"]), state["num_samples"])
+            step, epoch = int(state["step"]), int(state["epoch"])
+            backend_state = state["backend_state"]
+        except KeyError as missing:
+            raise ValueError(f"state_dict is missing the key {missing}") from None
+        self._raw[:] = raw
+        self.beta = beta
+        self._alpha, self._eps = alpha, eps
+        self.weight_norm, self.batch_size, self.num_samples = scalars
+        self._step, self.epoch = step, epoch
         self._backend = make_backend(self.backend_name, self._raw, self._alpha, self._eps)
-        self._backend.load_state_dict(state["backend_state"])
-        self._rng.bit_generator.state = state["rng"]
+        self._backend.load_state_dict(backend_state)
+        self._rng = rng

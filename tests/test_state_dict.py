@@ -151,3 +151,30 @@ def test_version_capacity_and_backend_are_checked(backend):
     assert_same(target.state_dict(), before)
     with pytest.raises(ValueError, match="capacity"):
         PrioritizedSampler(5, backend=backend, seed=0).load_state_dict(copy.deepcopy(good))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_malformed_state_changes_nothing(backend):
+    """A state that fails part-way (bad beta, wrong shape, missing key) leaves the sampler as it was."""
+    s = PrioritizedSampler(6, backend=backend, seed=0)
+    s.update_priorities([0, 1], [3.0, 0.5])
+    good = s.state_dict()
+    target = PrioritizedSampler(6, backend=backend, seed=1)
+    target.update_priorities([2], [7.0])
+    before = target.state_dict()
+    corruptions = {
+        "beta": 2.0,
+        "priorities": np.ones(5),
+        "rng": {"bit_generator": "MT19937"},
+    }
+    for key, value in corruptions.items():
+        bad = copy.deepcopy(good)
+        bad[key] = value
+        with pytest.raises((ValueError, TypeError)):
+            target.load_state_dict(bad)
+        assert_same(target.state_dict(), before)
+    missing = copy.deepcopy(good)
+    del missing["backend_state"]
+    with pytest.raises(ValueError, match="backend_state"):
+        target.load_state_dict(missing)
+    assert_same(target.state_dict(), before)
