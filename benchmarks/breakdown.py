@@ -20,7 +20,7 @@ import numba
 import numpy as np
 
 from benchmarks.peers import Prisample
-from benchmarks.timing import measure
+from benchmarks.timing import measure, measure_quiet
 
 
 @numba.njit(cache=False)
@@ -40,6 +40,7 @@ class ProfileResult:
     calls: dict[str, float] = field(default_factory=dict)  # µs, uninstrumented
     components: dict[str, float] = field(default_factory=dict)  # µs, uninstrumented, internal pieces
     profiled_total_us: float = 0.0
+    others_cpu: float = 0.0
     functions: list[dict[str, Any]] = field(default_factory=list)  # self time per step
     floors: dict[str, float] = field(default_factory=dict)
 
@@ -80,7 +81,7 @@ def _components(
         sampler.update_priorities(idx[counter[0]], new[counter[0]])
 
     try:
-        t = measure(
+        t, _, _ = measure_quiet(
             {
                 "sample(32)": lambda: sampler.sample(32),
                 "backend.sample(32)": lambda: backend.sample(32, sampler._rng),
@@ -132,7 +133,7 @@ def profile_dqn(
     arrays = [np.zeros(8) for _ in range(5)]
     small = np.random.default_rng(0).random(32)
     obj = _Obj()
-    result.calls = measure(
+    result.calls, result.others_cpu, _ = measure_quiet(
         {"DQN step": step, "sample(32)": sample_only, "update_priorities(32)": update_only},
         reps=reps,
         block_s=block_s,

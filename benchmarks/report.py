@@ -150,6 +150,13 @@ def _machine(results: dict[str, Any]) -> list[str]:
             f"- CPU kept busy by other processes while timing (from `/proc/stat`, in CPUs): mean {mean:.2f} "
             f"over the {len(others)} timed groups, max {worst[0]:.2f} ({worst[1]}); hypervisor steal max "
             f"{max(steal):.2f}"
+            + (
+                f". A group during which others used more than {q['max_others']:g} CPU was timed again "
+                f"(up to {q['attempts']} tries, {q['wait_s']:g} s apart, the least disturbed kept): "
+                f"{q['retries']} retries in this run"
+                if (q := results.get("quiet_policy"))
+                else ""
+            )
         )
     if results.get("note"):
         lines.append(f"- {results['note']}")
@@ -329,7 +336,8 @@ def _memory(results: dict[str, Any]) -> list[str]:
         f"## Bytes per slot (N = {_pow2(n)})",
         "",
         "`nbytes`: the `.nbytes` of every numpy array the object holds (shared arrays once) / N. "
-        "`RSS`: resident memory given back when the filled structure is deleted, in a fresh process / N "
+        "`RSS`: resident memory given back when the filled structure is deleted, in a fresh process / N; "
+        "below `nbytes` when part of an array is allocated but never written "
         "(cpprb: growth while building, since deleting its buffer returns nothing to the OS, minus its "
         "4-byte `obs` payload).",
         "",
@@ -432,12 +440,28 @@ def _rank_tv(results: dict[str, Any]) -> list[str]:
             + (" paper, 32 segments, heap order |" if has_heap else ""),
             "|---|---|---|" + ("---|" if has_heap else ""),
         ]
+        merged: list[dict[str, Any]] = []
         for row in r["rows"]:
+            key = (
+                round(row["prisample"], 6),
+                round(row["paper32_exact_order"], 6),
+                row.get("paper32_heap_order"),
+            )
+            if merged and merged[-1]["key"] == key and not r.get("resort_every"):
+                merged[-1]["last"] = row["writes_over_n"]
+            else:
+                merged.append(
+                    {"key": key, "first": row["writes_over_n"], "last": row["writes_over_n"], "row": row}
+                )
+        for m in merged:
+            row = m["row"]
+            if m["last"] != m["first"]:
+                row = {**row, "label": f"{m['first']:.3g}·N to {m['last']:.3g}·N"}
             every = r.get("resort_every")
             at_default = every and 0 <= row["writes_over_n"] * r["n"] - every < 40
             mark = " (default re-sort interval: worst case)" if at_default else ""
             cells = [
-                f"{row['writes_over_n']:.3g}·N{mark}",
+                row.get("label", f"{row['writes_over_n']:.3g}·N") + mark,
                 f"{row['prisample']:.5f}",
                 f"{row['paper32_exact_order']:.4f}",
             ]

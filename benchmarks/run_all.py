@@ -188,6 +188,15 @@ def run(config: dict[str, Any], quick: bool) -> dict[str, Any]:
         log(f"  {name}: {entry}")
     results["memory"] = memory
 
+    from benchmarks.timing import QUIET
+
+    results["quiet_policy"] = {
+        "max_others": QUIET.max_others,
+        "attempts": QUIET.attempts,
+        "wait_s": QUIET.wait_s,
+        "retries": QUIET.retries,
+        "waited_s": QUIET.waited_s,
+    }
     results["loadavg_end"] = os.getloadavg()
     results["elapsed_s"] = time.perf_counter() - started
     log(f"done in {results['elapsed_s']:.0f} s, load average at end: {results['loadavg_end']}")

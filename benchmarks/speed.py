@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.peers import Peer, make_peer
-from benchmarks.timing import CpuMonitor, measure, time_once
+from benchmarks.timing import measure_quiet, time_once
 
 POOL = 64
 
@@ -90,11 +90,10 @@ def run_speed(
     result.fill_s = {name: peer.fill_s for name, peer in peers.items()}
 
     def record(op: str, k: int, cases: dict[str, Callable[[], object]]) -> None:
-        with CpuMonitor() as monitor:
-            times = measure(cases, reps=reps, block_s=block_s)
+        times, others, steal = measure_quiet(cases, reps=reps, block_s=block_s)
         result.times[(op, k)] = times
-        result.others_cpu[f"{op} {k}"] = monitor.others
-        result.steal_cpu[f"{op} {k}"] = monitor.steal
+        result.others_cpu[f"{op} {k}"] = others
+        result.steal_cpu[f"{op} {k}"] = steal
         base = times.get("prisample")
         cells = ", ".join(
             f"{name} {t:.1f}" + (f" ({t / base:.2f}×)" if base and name != "prisample" else "")
