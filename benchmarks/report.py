@@ -181,7 +181,9 @@ def _method(results: dict[str, Any]) -> list[str]:
         "Every structure is built in the same process and pre-filled to N valid slots with the same "
         "random priorities |N(0, 1)| before timing; α = 0.6, β = 0.4, ε = 1e-6 everywhere. "
         "Per-call arguments (slots, new priorities) are prepared beforehand in each library's own type "
-        "(numpy, or torch tensors for TorchRL) from a pool of 64 random batches and cycled through. "
+        "(numpy, or torch tensors for TorchRL) from a pool of random batches and cycled through (for "
+        "update k, 4096 batches of 32 or 256 slots and 256 of 4096, so that the slots touched are not all "
+        "cached; 64 batches elsewhere). "
         f"The peers run interleaved in one loop: after a warm-up (numba compiles on first use) each gets "
         f"blocks of calls lasting about {c['block_s'] * 1e3:g} ms, {c['reps']} rounds, the order rotating "
         "each round; the figure is the median over rounds of the mean µs per call (`time.perf_counter`, "
@@ -193,33 +195,27 @@ def _method(results: dict[str, Any]) -> list[str]:
         "`update_priorities(indices, priorities)` with numpy arrays; **prisample-rank** the same with "
         '`backend="rank"`.',
         '- **cpprb**: `cpprb.PrioritizedReplayBuffer(N, {"obs": {"shape": 1}}, alpha=0.6, eps=1e-6)`, '
-        "`sample(k, beta=0.4)` (indexes and weights; it also gathers the one-float `obs` payload, which has "
-        "no "
-        "sampler-only API), `update_priorities(indexes, priorities)`, `add(obs=...)` (writes at its own ring "
-        "cursor, "
-        "new items at the running max priority).",
+        "`sample(k, beta=0.4)` (indexes and weights; cpprb has no sampler-only API, so it also gathers the "
+        "one-float `obs` payload), `update_priorities(indexes, priorities)`, `add(obs=...)` (writes at its "
+        "own ring cursor, new items at the running max priority).",
         "- **TorchRL**: the sampler alone, "
         "`torchrl.data.replay_buffers.samplers.PrioritizedSampler(max_capacity=N, "
         "alpha=0.6, beta=0.4, eps=1e-6)` (float32 C++ sum and min trees), `sample(storage, k)` over a "
         "`LazyTensorStorage` holding N×1 floats (returns index tensor and `priority_weight`), "
         "`update_priority(index, priority)` with torch tensors; add = `mark_update(index)` + "
-        "`extend(index)`, "
-        "what `ReplayBuffer.extend` does to its sampler. The replay buffer classes on top "
-        "(`TensorDictPrioritizedReplayBuffer`) add storage reads and tensordict work, so they are slower "
-        "still; "
-        "they are not timed.",
+        "`extend(index)`, what `ReplayBuffer.extend` does to its sampler. The replay buffer classes on "
+        "top of it (`TensorDictPrioritizedReplayBuffer`) are not timed.",
         "- **numpy**: `benchmarks/numpy_reference.py`, float64 sum and min trees as flat arrays, each batch "
         "operation walking the tree one level at a time with vectorised numpy (no Python loop over items, "
         "no compiled code).",
         "",
         "Operations: **sample k** (k slots with importance weights), **update k** (k raw priorities of "
-        "random "
-        "valid slots), **add k** (k consecutive ring slots, entering at the max priority; **add 1**: one "
-        "slot), "
-        "**DQN step** (sample 32 with weights, then update those 32 with new |δ|). "
+        "random valid slots), **add k** (k consecutive ring slots, entering at the max priority; "
+        "**add 1**: one slot), **DQN step** (sample 32 with weights, then update those 32 with new |δ|). "
         "*prisample (torch |δ|)* is the DQN step with the new priorities given as a CPU float32 torch "
         "tensor, "
-        "as a loss provides them. Only cpprb's and TorchRL's draws are not stratified.",
+        "as a loss provides them. prisample, cpprb and the numpy reference draw one slot per equal-mass "
+        "stratum; TorchRL draws k independent targets.",
         "",
     ]
 
@@ -316,9 +312,8 @@ def _op_tables(results: dict[str, Any]) -> list[str]:
         for b in results["speed"]
     ]
     lines += [
-        "Pre-fill (add N, then set N random priorities), once, not part of the tables: "
-        + "; ".join(fills)
-        + ".",
+        "Pre-fill (add N, then set N random priorities), once, not part of the tables (prisample's first "
+        "fill includes compiling its numba kernels): " + "; ".join(fills) + ".",
         "",
     ]
     errors = {p: e for b in results["speed"] for p, e in b["errors"].items()}
