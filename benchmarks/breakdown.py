@@ -1,8 +1,11 @@
 """Where prisample's DQN step (sample 32 + weights + update 32) spends its time.
 
-Three views: the public calls timed alone (uninstrumented, interleaved); a ``cProfile`` run over
-many steps, reported as self time per step of each function (instrumentation inflates every
-Python-level call by roughly its own overhead, so the profiled total exceeds the real one); and
+Four views: the public calls timed alone (uninstrumented, interleaved); the same calls and
+their internal pieces on a small sampler (``components_n`` slots, all in cache), where the
+difference between a public call and its compiled kernels is the fixed cost of the Python
+layers; a ``cProfile`` run over many steps, reported as self time per step of each function
+(instrumentation inflates every Python-level call by roughly its own overhead, so the profiled
+total exceeds the real one); and
 the fixed costs any implementation in Python pays per call, for scale (an empty numba kernel
 call with five array arguments, a 32-element numpy operation, a Python method call).
 """
@@ -38,7 +41,9 @@ class ProfileResult:
     n: int
     backend: str
     calls: dict[str, float] = field(default_factory=dict)  # µs, uninstrumented
-    components: dict[str, float] = field(default_factory=dict)  # µs, uninstrumented, internal pieces
+    # µs, uninstrumented: the internal pieces, on a sampler of ``components_n`` slots (all in cache)
+    components: dict[str, float] = field(default_factory=dict)
+    components_n: int = 0
     profiled_total_us: float = 0.0
     others_cpu: float = 0.0
     functions: list[dict[str, Any]] = field(default_factory=list)  # self time per step
@@ -80,9 +85,15 @@ def _components(
         counter[0] = (counter[0] + 1) & 4095
         sampler.update_priorities(idx[counter[0]], new[counter[0]])
 
+    def step() -> None:
+        counter[0] = (counter[0] + 1) & 4095
+        draw = sampler.sample(32)
+        sampler.update_priorities(draw.indices, new[counter[0]])
+
     try:
         t, _, _ = measure_quiet(
             {
+                "DQN step": step,
                 "sample(32)": lambda: sampler.sample(32),
                 "backend.sample(32)": lambda: backend.sample(32, sampler._rng),
                 "_weights(32)": lambda: sampler._weights(probabilities),
@@ -96,6 +107,7 @@ def _components(
         return {}
     t["sample: rest (checks, β, Draw)"] = t["sample(32)"] - t["backend.sample(32)"] - t["_weights(32)"]
     t["update: rest (conversion, validation)"] = t["update_priorities(32)"] - t["backend write(32)"]
+    t["DQN step: outside the backend"] = t["DQN step"] - t["backend.sample(32)"] - t["backend write(32)"]
     return t
 
 
@@ -107,6 +119,7 @@ def profile_dqn(
     reps: int,
     block_s: float,
     log: Callable[[str], None],
+    components_n: int = 1 << 10,
 ) -> ProfileResult:
     rng = np.random.default_rng(1)
     peer = Prisample(n, backend=backend, seed=1)
@@ -128,8 +141,11 @@ def profile_dqn(
         counter[0] = (counter[0] + 1) & 4095
         sampler.update_priorities(idx[counter[0]], new[counter[0]])
 
-    result = ProfileResult(n=n, backend=backend)
-    result.components = _components(sampler, idx, new, reps=reps, block_s=block_s)
+    result = ProfileResult(n=n, backend=backend, components_n=components_n)
+    small_peer = Prisample(components_n, backend=backend, seed=1)
+    small_peer.fill(np.abs(rng.standard_normal(components_n)))
+    small_idx = [rng.integers(0, components_n, 32) for _ in range(4096)]
+    result.components = _components(small_peer.sampler, small_idx, new, reps=reps, block_s=block_s)
     arrays = [np.zeros(8) for _ in range(5)]
     small = np.random.default_rng(0).random(32)
     obj = _Obj()

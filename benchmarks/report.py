@@ -478,7 +478,8 @@ def _profile(results: dict[str, Any]) -> list[str]:
         comp = p.get("components") or {}
         if comp:
             lines += [
-                "Pieces timed alone (private internals, µs): "
+                f"On a sampler of N = {_pow2(p.get('components_n') or 0)} slots (everything in cache), the "
+                "public calls and their internal pieces timed alone (private internals, µs): "
                 + ", ".join(f"{k} {_us(v)}" for k, v in comp.items())
                 + ".",
                 "",
@@ -512,6 +513,77 @@ def _cache_bytes(caches: str, level: str) -> int | None:
     return None
 
 
+def _why_speed(
+    results: dict[str, Any],
+    missed: list[dict[str, Any]],
+    prop: dict[str, Any],
+    dqn: dict[int, dict[str, float]],
+    sizes: list[int],
+) -> str:
+    """Why the DQN-step targets are missed, from the tables and the profile of this run."""
+    lo, hi = sizes[0], sizes[-1]
+    t_lo, t_hi = dqn[lo], dqn[hi]
+    text = (
+        "Why. DQN step in µs by size — "
+        + "; ".join(
+            f"N = {_pow2(m)}: prisample {_us(dqn[m].get('prisample'))}, cpprb {_us(dqn[m].get('cpprb'))}, "
+            f"TorchRL {_us(dqn[m].get('TorchRL'))}"
+            for m in sizes
+        )
+        + ". "
+    )
+    growth = {p: t_hi[p] - t_lo[p] for p in ("prisample", "cpprb", "TorchRL") if p in t_hi and p in t_lo}
+    if growth:
+        text += (
+            f"From N = {_pow2(lo)} to {_pow2(hi)} the step grows by "
+            + ", ".join(f"{_us(v)} µs for {p}" for p, v in growth.items())
+            + ". "
+        )
+    comp = prop.get("components") or {}
+    if comp:
+        text += (
+            f"On a sampler of N = {_pow2(prop.get('components_n') or 0)} slots, where everything is in "
+            f"cache, prisample's step is {_us(comp['DQN step'])} µs: the compiled kernels take "
+            f"{_us(comp['backend.sample(32)'])} µs (sampling) and {_us(comp['backend write(32)'])} µs "
+            "(write), "
+            f"and {_us(comp['DQN step: outside the backend'])} µs is spent outside them (argument conversion "
+            "and validation, weights, `Draw`). "
+        )
+    mem = results.get("memory", {}).get("prisample", {})
+    tree_mib = (mem.get("nbytes_per_slot") or 0.0) * hi / 2**20
+    l2 = _cache_bytes(results["machine"].get("caches", ""), "L2")
+    if l2 and tree_mib * 2**20 > l2:
+        text += (
+            f"At N = {_pow2(hi)} the sampler's arrays hold {tree_mib:.0f} MiB, beyond the {l2 // 1024} KiB "
+            "L2 cache: the lower levels of each of the 32 descents and 32 leaf-to-root paths are reads from "
+            "L3 or memory, and that is what the growth with N is. "
+        )
+    for r in missed:
+        peer = "cpprb" if "cpprb" in r["target"] else "TorchRL"
+        needed = r["needed_us"]
+        text += f"Against {peer}, prisample would need ≤ {_us(needed)} µs per step at N = {_pow2(hi)}"
+        below = [m for m in sizes if dqn[m].get("prisample", 0.0) > needed]
+        if below and below[0] < hi:
+            text += (
+                f", less than its own step at N = {_pow2(below[0])} ({_us(dqn[below[0]]['prisample'])} µs)"
+            )
+        met_at = [
+            m
+            for m in sizes
+            if m != hi
+            and peer in dqn[m]
+            and dqn[m][peer] / dqn[m]["prisample"] >= (TARGET_CPPRB if peer == "cpprb" else TARGET_TORCHRL)
+        ]
+        if met_at:
+            text += (
+                "; the ratio is met at N = "
+                + ", ".join(f"{_pow2(m)} ({dqn[m][peer] / dqn[m]['prisample']:.2f}×)" for m in met_at)
+                + f", where {peer}'s fixed cost per call dominates both steps"
+            )
+        text += ". "
+    return text.strip()
+
+
 def _analysis(results: dict[str, Any]) -> list[str]:
     rows = targets(results)
     missed = [r for r in rows if r["met"] is False]
@@ -527,49 +599,7 @@ def _analysis(results: dict[str, Any]) -> list[str]:
     prop = profiles.get("proportional")
     speed_missed = [r for r in missed if "needed_us" in r]
     if speed_missed and prop:
-        comp = prop.get("components") or {}
-        floors = prop["floors"]
-        n = prop["n"]
-        needed = min(r["needed_us"] for r in speed_missed)
-        mem = results.get("memory", {}).get("prisample", {})
-        tree_mb = (mem.get("nbytes_per_slot") or 0.0) * n / 2**20  # bytes per slot measured at memory n
-        growth = "; ".join(
-            f"N = {_pow2(m)}: prisample {_us(dqn[m].get('prisample'))}, cpprb {_us(dqn[m].get('cpprb'))}, "
-            f"TorchRL {_us(dqn[m].get('TorchRL'))}"
-            for m in sizes
-        )
-        text = (
-            f"Why. DQN step in µs by size — {growth}. At N = {_pow2(n)} the step splits into sample(32) "
-            f"{_us(prop['calls'].get('sample(32)'))} µs and update_priorities(32) "
-            f"{_us(prop['calls'].get('update_priorities(32)'))} µs (timed alone). "
-        )
-        if comp:
-            kernels = comp["backend.sample(32)"] + comp["backend write(32)"]
-            checks = comp["sample: rest (checks, β, Draw)"]
-            conversion = comp["update: rest (conversion, validation)"]
-            python_rest = comp["_weights(32)"] + checks + conversion
-            text += (
-                f"Inside them, the backend's sampling ({_us(comp['backend.sample(32)'])} µs: 32 stratified "
-                f"descents) and its write ({_us(comp['backend write(32)'])} µs: 32 leaf-to-root updates) "
-                f"take {_us(kernels)} µs together; the Python layers around them (weights "
-                f"{_us(comp['_weights(32)'])}, sample's checks and `Draw` {_us(checks)}, update's conversion "
-                f"and validation {_us(conversion)}) take {_us(python_rest)} µs. "
-            )
-            if kernels > needed:
-                text += f"The tree work alone is above the {_us(needed)} µs the target allows. "
-            l2 = _cache_bytes(results["machine"].get("caches", ""), "L2")
-            if l2 and tree_mb * 2**20 > l2:
-                text += (
-                    f"The sampler's arrays hold {tree_mb:.0f} MiB at this size, beyond the "
-                    f"{l2 // 1024} KiB L2 cache, so the lower levels of each of the 32 descents and 32 "
-                    "leaf-to-root paths are reads served from L3 or memory. "
-                )
-        text += (
-            "For scale, on this machine an empty numba kernel call with five array arguments costs "
-            f"{floors.get('empty numba kernel, 5 array args', float('nan')):.2f} µs and a 32-element numpy "
-            f"expression {floors.get('np.minimum(x32, 1.0) ** 0.4', float('nan')):.2f} µs."
-        )
-        lines += [text, ""]
+        lines += [_why_speed(results, speed_missed, prop, dqn, sizes), ""]
     if any("bytes per slot" in r["target"] for r in missed):
         mem = results.get("memory", {})
         n = mem.get("n", 1)
