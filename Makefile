@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python -m recipes.demo
+	$(BIN)/python -m recipes.cliffwalk
 
 lint: $(STAMP)
 	$(BIN)/ruff check prisample tests benchmarks recipes
