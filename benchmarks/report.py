@@ -540,23 +540,26 @@ def _why_speed(
             + ". "
         )
     comp = prop.get("components") or {}
+    mem = results.get("memory", {}).get("prisample", {})
     if comp:
+        small_n = prop.get("components_n") or 0
+        small_kib = (mem.get("nbytes_per_slot") or 0.0) * small_n / 1024
         text += (
-            f"On a sampler of N = {_pow2(prop.get('components_n') or 0)} slots, where everything is in "
-            f"cache, prisample's step is {_us(comp['DQN step'])} µs: the compiled kernels take "
+            f"Timed alone on a sampler of N = {_pow2(small_n)} slots (about {small_kib:.0f} KiB of arrays, "
+            f"within L2), prisample's step is {_us(comp['DQN step'])} µs: the compiled kernels take "
             f"{_us(comp['backend.sample(32)'])} µs (sampling) and {_us(comp['backend write(32)'])} µs "
             "(write), "
             f"and {_us(comp['DQN step: outside the backend'])} µs is spent outside them (argument conversion "
             "and validation, weights, `Draw`). "
         )
-    mem = results.get("memory", {}).get("prisample", {})
     tree_mib = (mem.get("nbytes_per_slot") or 0.0) * hi / 2**20
     l2 = _cache_bytes(results["machine"].get("caches", ""), "L2")
     if l2 and tree_mib * 2**20 > l2:
         text += (
-            f"At N = {_pow2(hi)} the sampler's arrays hold {tree_mib:.0f} MiB, beyond the {l2 // 1024} KiB "
-            "L2 cache: the lower levels of each of the 32 descents and 32 leaf-to-root paths are reads from "
-            "L3 or memory, and that is what the growth with N is. "
+            f"The Python layers do not depend on N; the kernels do: more tree levels per path, and at "
+            f"N = {_pow2(hi)} the sampler's arrays hold {tree_mib:.0f} MiB, beyond the {l2 // 1024} KiB L2 "
+            "cache, so the lower levels of each of the 32 descents and 32 leaf-to-root paths are reads from "
+            "L3 or memory. "
         )
     for r in missed:
         peer = "cpprb" if "cpprb" in r["target"] else "TorchRL"
@@ -578,7 +581,8 @@ def _why_speed(
             text += (
                 "; the ratio is met at N = "
                 + ", ".join(f"{_pow2(m)} ({dqn[m][peer] / dqn[m]['prisample']:.2f}×)" for m in met_at)
-                + f", where {peer}'s fixed cost per call dominates both steps"
+                + f" and falls with N because from N = {_pow2(lo)} to {_pow2(hi)} prisample's step grows "
+                f"{t_hi['prisample'] / t_lo['prisample']:.2f}× and {peer}'s {t_hi[peer] / t_lo[peer]:.2f}×"
             )
         text += ". "
     return text.strip()
@@ -624,16 +628,16 @@ def _analysis(results: dict[str, Any]) -> list[str]:
             f"Rank at N = {_pow2(rank['n'])}: sample(32) {_us(rank['calls'].get('sample(32)'))} µs, "
             f"update_priorities(32) {_us(rank['calls'].get('update_priorities(32)'))} µs"
         )
-        if comp:
-            text += (
-                f" (random slots); backend sampling {_us(comp['backend.sample(32)'])} µs, backend write "
-                f"{_us(comp['backend write(32)'])} µs"
-            )
         prop_calls = prop["calls"] if prop else {}
         if prop_calls:
             text += (
-                f", against proportional's {_us(prop_calls.get('sample(32)'))} and "
+                f" (random slots), against proportional's {_us(prop_calls.get('sample(32)'))} and "
                 f"{_us(prop_calls.get('update_priorities(32)'))} µs"
+            )
+        if comp:
+            text += (
+                f"; at N = {_pow2(rank.get('components_n') or 0)}: backend sampling "
+                f"{_us(comp['backend.sample(32)'])} µs, backend write {_us(comp['backend write(32)'])} µs"
             )
         top = rank["functions"][:4]
         text += f". Its DQN step under cProfile ({_us(rank['profiled_total_us'])} µs): " + "; ".join(

@@ -167,6 +167,7 @@ def run(config: dict[str, Any], quick: bool) -> dict[str, Any]:
                 reps=config["reps"],
                 block_s=config["block_s"],
                 log=log,
+                components_n=config["sizes"][0],
             )
         )
         for b in ("proportional", "rank")
