@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FULL = {
     "sizes": [1 << 14, 1 << 17, 1 << 20],
     "ks": [32, 256, 4096],
-    "reps": 21,
+    "reps": 15,
+    "passes": 3,
     "block_s": 0.02,
     "tv_sizes": [1 << 14, 1 << 17, 1 << 20],
     "tv_multiples": [0, 1 / 256, 1 / 64, 1 / 16, 1 / 4, 1 / 2, 1, 2, 4],
@@ -40,6 +41,7 @@ QUICK = {
     "sizes": [1 << 10, 1 << 12],
     "ks": [32, 256],
     "reps": 3,
+    "passes": 2,
     "block_s": 0.003,
     "tv_sizes": [1 << 10, 1 << 12],
     "tv_multiples": [0, 1 / 64, 1 / 4, 1, 2],
@@ -132,7 +134,7 @@ def run(config: dict[str, Any], quick: bool) -> dict[str, Any]:
     from benchmarks.memory import RSS_PEERS, nbytes_per_slot, rss_bytes_per_slot
     from benchmarks.peers import PEERS
     from benchmarks.rank_accuracy import measure_accuracy
-    from benchmarks.speed import run_speed
+    from benchmarks.speed import combine, run_speed
 
     started = time.perf_counter()
     results: dict[str, Any] = {
@@ -147,14 +149,22 @@ def run(config: dict[str, Any], quick: bool) -> dict[str, Any]:
     log(f"load average at start: {results['loadavg_start']}")
 
     results["speed"] = []
+    per_size: dict[int, list[Any]] = {n: [] for n in config["sizes"]}
+    for p in range(config["passes"]):  # passes spread over time: a slow spell hits one pass, not all
+        for n in config["sizes"]:
+            log(f"speed, pass {p + 1}/{config['passes']}, N = {n}")
+            r = run_speed(
+                n, config["ks"], list(PEERS), reps=config["reps"], block_s=config["block_s"], seed=p, log=log
+            )
+            per_size[n].append(r)
+            if r.errors:
+                log(f"  errors: {r.errors}")
     for n in config["sizes"]:
-        log(f"speed, N = {n}")
-        r = run_speed(n, config["ks"], list(PEERS), reps=config["reps"], block_s=config["block_s"], log=log)
+        r = combine(per_size[n])
         d = dataclasses.asdict(r)
         d["times"] = [{"op": op, "k": k, "us": t} for (op, k), t in r.times.items()]
+        d["passes"] = [[{"op": op, "k": k, "us": t} for (op, k), t in times.items()] for times in r.passes]
         results["speed"].append(d)
-        if r.errors:
-            log(f"  errors: {r.errors}")
 
     log("profile of prisample's DQN step")
     big = config["sizes"][-1]

@@ -46,6 +46,34 @@ class SpeedResult:
     # "op k" -> CPUs kept busy by other processes / stolen by the hypervisor while timing that case
     others_cpu: dict[str, float] = field(default_factory=dict)
     steal_cpu: dict[str, float] = field(default_factory=dict)
+    # one entry per pass when several passes were combined: (operation, k) -> peer -> µs
+    passes: list[dict[tuple[str, int], dict[str, float]]] = field(default_factory=list)
+
+
+def combine(results: list[SpeedResult]) -> SpeedResult:
+    """Several passes over the same N: the median per case, the worst interference, every pass kept."""
+    import statistics
+
+    first = results[0]
+    out = SpeedResult(n=first.n, peers=first.peers, errors=dict(first.errors))
+    for r in results[1:]:
+        out.errors.update(r.errors)
+    for key in first.times:
+        peers = set.intersection(*(set(r.times.get(key, {})) for r in results))
+        out.times[key] = {
+            p: statistics.median(r.times[key][p] for r in results) for p in first.times[key] if p in peers
+        }
+    for name in ("others_cpu", "steal_cpu"):
+        merged: dict[str, float] = {}
+        for r in results:
+            for group, value in getattr(r, name).items():
+                merged[group] = max(merged.get(group, 0.0), value)
+        setattr(out, name, merged)
+    out.fill_s = first.fill_s
+    out.rank_resort_s = first.rank_resort_s
+    out.rank_resort_every = first.rank_resort_every
+    out.passes = [r.times for r in results]
+    return out
 
 
 def build_peers(
