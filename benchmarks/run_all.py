@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FULL = {
     "sizes": [1 << 14, 1 << 17, 1 << 20],
     "ks": [32, 256, 4096],
-    "reps": 15,
-    "passes": 3,
+    "reps": 9,
+    "passes": 5,
     "block_s": 0.02,
     "tv_sizes": [1 << 14, 1 << 17, 1 << 20],
     "tv_multiples": [0, 1 / 256, 1 / 64, 1 / 16, 1 / 4, 1 / 2, 1, 2, 4],
