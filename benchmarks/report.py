@@ -436,8 +436,13 @@ def _rank_tv(results: dict[str, Any]) -> list[str]:
         if r.get("error") or not r["rows"]:
             continue
         tvs = [x["prisample"] for x in r["rows"]]
+        spread = (
+            f"{min(tvs):.5f} at every reading"
+            if round(min(tvs), 6) == round(max(tvs), 6)
+            else f"{min(tvs):.5f} to {max(tvs):.5f}"
+        )
         part = (
-            f"N = {_pow2(r['n'])}: prisample {min(tvs):.5f} to {max(tvs):.5f}, the paper's 32 segments "
+            f"N = {_pow2(r['n'])}: prisample {spread}, the paper's 32 segments "
             f"{r['rows'][0]['paper32_exact_order']:.4f}"
         )
         if not exact:
@@ -476,14 +481,16 @@ def _rank_tv(results: dict[str, Any]) -> list[str]:
             )
             if merged and merged[-1]["key"] == key and not r.get("resort_every"):
                 merged[-1]["last"] = row["writes_over_n"]
+                merged[-1]["count"] += 1
             else:
                 merged.append(
                     {"key": key, "first": row["writes_over_n"], "last": row["writes_over_n"], "row": row}
+                    | {"count": 1}
                 )
         for m in merged:
             row = m["row"]
             if m["last"] != m["first"]:
-                row = {**row, "label": f"{m['first']:.3g}·N to {m['last']:.3g}·N"}
+                row = {**row, "label": f"{m['first']:.3g}·N to {m['last']:.3g}·N ({m['count']} readings)"}
             every = r.get("resort_every")
             at_default = every and 0 <= row["writes_over_n"] * r["n"] - every < 40
             mark = " (default re-sort interval: worst case)" if at_default else ""
