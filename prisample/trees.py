@@ -36,6 +36,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from prisample._prefetch import prefetch
+
 _NO_SLOT = -1
 BRANCH = 8
 
@@ -118,27 +120,40 @@ def _tree_write(
     A value is a priority ``>= 0`` or NaN (empty the slot).  If any priority's mass is not a
     finite positive float, nothing is written and ``BAD_MASS`` is returned.
     """
-    for j in range(values.shape[0]):
+    k = slots.shape[0]
+    new_masses = np.empty(k, dtype=np.float64)
+    for j in range(k):
         v = values[j]
-        if not math.isnan(v):
-            m = (v + eps) ** alpha
-            if not (m > 0.0 and m < math.inf):
-                return BAD_MASS, 0
-    change = 0
-    for j in range(slots.shape[0]):
-        s = slots[j]
-        v = values[j]
-        empty = math.isnan(v)
-        change += int(not empty) - int(not math.isnan(raw[s]))
-        raw[s] = v
-        masses[s] = 0.0 if empty else (v + eps) ** alpha
+        new_masses[j] = 0.0 if math.isnan(v) else (v + eps) ** alpha
+        if not math.isnan(v) and not (new_masses[j] > 0.0 and new_masses[j] < math.inf):
+            return BAD_MASS, 0
     depth = offsets.shape[0] - 1
-    for j in range(slots.shape[0]):
-        node = slots[j] // BRANCH
-        _refresh_bottom(raw, masses, sums, mins, maxs, offsets[depth - 1], node)
-        for d in range(depth - 2, -1, -1):
+    for j in range(k):  # every line the walks will touch is known now: ask for all of them
+        node = slots[j]
+        prefetch(raw, node)
+        prefetch(masses, node)
+        for d in range(depth - 1, -1, -1):
             node //= BRANCH
-            _refresh_inner(sums, mins, maxs, offsets[d], offsets[d + 1], node)
+            prefetch(sums, offsets[d] + node)
+            prefetch(mins, offsets[d] + node)
+            prefetch(maxs, offsets[d] + node)
+    change = 0
+    for j in range(k):
+        s = slots[j]
+        change += int(not math.isnan(values[j])) - int(not math.isnan(raw[s]))
+        raw[s] = values[j]
+        masses[s] = new_masses[j]
+    # Refresh level by level, each distinct node once (ancestors are shared near the root).
+    nodes = np.sort(slots // BRANCH)
+    for j in range(k):
+        if j == 0 or nodes[j] != nodes[j - 1]:
+            _refresh_bottom(raw, masses, sums, mins, maxs, offsets[depth - 1], nodes[j])
+    for d in range(depth - 2, -1, -1):
+        for j in range(k):
+            nodes[j] //= BRANCH
+        for j in range(k):
+            if j == 0 or nodes[j] != nodes[j - 1]:
+                _refresh_inner(sums, mins, maxs, offsets[d], offsets[d + 1], nodes[j])
     return OK, change
 
 
@@ -157,7 +172,7 @@ def _tree_rebuild(
         masses[i] = 0.0 if math.isnan(raw[i]) else (raw[i] + eps) ** alpha
     depth = offsets.shape[0] - 1
     for d in range(depth - 1, -1, -1):
-        for node in range(offsets[d + 1] - offsets[d]):
+        for node in range(BRANCH**d):  # level d has 8^d nodes; level 0 pads the root to 8 entries
             if d == depth - 1:
                 if node * BRANCH < raw.shape[0]:
                     _refresh_bottom(raw, masses, sums, mins, maxs, offsets[d], node)
@@ -208,6 +223,10 @@ def _tree_find(
         for j in range(k):
             c, t[j] = _pick_child(sums, offsets[d] + slots[j] * BRANCH, t[j])
             slots[j] = slots[j] * BRANCH + c
+            if d + 1 < depth:  # the line this walk reads next; fetched while the others move
+                prefetch(sums, offsets[d + 1] + slots[j] * BRANCH)
+            else:
+                prefetch(masses, slots[j] * BRANCH)
     for j in range(k):
         c, t[j] = _pick_child(masses, slots[j] * BRANCH, t[j])
         slots[j] = slots[j] * BRANCH + c
