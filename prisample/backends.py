@@ -48,12 +48,13 @@ class Backend(Protocol):
         ...
 
     def set_alpha(self, alpha: float) -> None: ...
-    def rebuild(self) -> None:
-        """Re-derive the structure after the raw array was replaced wholesale."""
+    def state_dict(self) -> dict[str, Any]:
+        """What the raw priorities do not determine (e.g. an order of equal draws)."""
         ...
 
-    def state_dict(self) -> dict[str, Any]: ...
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into a backend just built over the restored raw array."""
+        ...
 
 
 class ProportionalBackend:
@@ -94,15 +95,11 @@ class ProportionalBackend:
     def set_alpha(self, alpha: float) -> None:
         self.tree.rebuild(alpha)
 
-    def rebuild(self) -> None:
-        self.tree.rebuild()
-        self.count = int(np.count_nonzero(~np.isnan(self.tree.raw)))
-
     def state_dict(self) -> dict[str, Any]:
         return {}  # the tree is a pure function of the raw priorities
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rebuild()
+        pass  # built from the raw priorities already
 
 
 class GreedyBackend:
@@ -145,15 +142,11 @@ class GreedyBackend:
     def set_alpha(self, alpha: float) -> None:
         pass  # the greedy order does not depend on α
 
-    def rebuild(self) -> None:
-        self.tree.rebuild()
-        self.count = int(np.count_nonzero(~np.isnan(self.raw)))
-
     def state_dict(self) -> dict[str, Any]:
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rebuild()
+        pass  # built from the raw priorities already
 
 
 @numba.njit(cache=True)
@@ -189,8 +182,7 @@ class UniformBackend:
         self.tree = ArgMaxTree(raw)
         self.dense = np.zeros(self.capacity, dtype=np.int32)
         self.pos = np.full(self.capacity, -1, dtype=np.int32)
-        self.count = 0
-        self.rebuild()
+        self.count = _dense_sync(self.raw, self.dense, self.pos, 0, np.flatnonzero(~np.isnan(raw)))
 
     def write(self, slots: IntArray, values: FloatArray) -> None:
         self.tree.write(slots, values)
@@ -213,17 +205,11 @@ class UniformBackend:
     def set_alpha(self, alpha: float) -> None:
         pass
 
-    def rebuild(self) -> None:
-        self.tree.rebuild()
-        self.pos[:] = -1
-        self.count = _dense_sync(self.raw, self.dense, self.pos, 0, np.flatnonzero(~np.isnan(self.raw)))
-
     def state_dict(self) -> dict[str, Any]:
         return {"dense": self.dense[: self.count].copy()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.tree.rebuild()
-        dense = np.asarray(state["dense"], dtype=np.int32)
+        dense = np.asarray(state["dense"], dtype=np.int32)  # the saved order of the dense list
         self.count = dense.shape[0]
         self.dense[: self.count] = dense
         self.pos[:] = -1

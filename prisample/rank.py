@@ -137,9 +137,6 @@ class RankBackend:
         else:
             self.order.write(slots, values)
 
-    def rebuild(self) -> None:
-        self.order.rebuild()
-
     def set_alpha(self, alpha: float) -> None:
         self.alpha = float(alpha)
 
@@ -180,7 +177,7 @@ class RankBackend:
         return {}  # the exact order is a function of the raw priorities
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rebuild()
+        pass  # built from the raw priorities already
 
 
 @numba.njit(cache=True)
