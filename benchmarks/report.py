@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 PEER_ORDER = ("prisample", "prisample-rank", "cpprb", "TorchRL", "numpy")
@@ -669,6 +670,17 @@ def _analysis(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+SECTIONS = Path(__file__).parent / "sections"
+
+
+def _recipe_sections() -> list[str]:
+    """The recipe benchmarks' own sections (``benchmarks/sections/*.md``, written by their scripts)."""
+    lines: list[str] = []
+    for path in sorted(SECTIONS.glob("*.md")):
+        lines += [path.read_text().rstrip(), ""]
+    return lines
+
+
 def render(results: dict[str, Any]) -> str:
     lines = [
         "# Benchmarks",
@@ -691,4 +703,5 @@ def render(results: dict[str, Any]) -> str:
     lines += _profile(results)
     lines += _analysis(results)
     lines += _method(results)
+    lines += _recipe_sections()
     return "\n".join(lines).rstrip() + "\n"
