@@ -1,0 +1,695 @@
+"""Replay memory for RL loops: ring storage of transitions with shared frames, and prioritized replay.
+
+:class:`ReplayMemory` keeps the last ``capacity`` transitions ``(s_t, a_t, r_t, γ_t, s_{t+1})`` in
+preallocated numpy arrays.  Observations that are stacks of ``frame_stack`` frames (Atari: four
+84x84 frames) are not stored per transition: every distinct frame is stored once in a frame pool and
+each transition keeps the pool rows of its ``s_t`` and ``s_{t+1}`` stacks, so a stack is rebuilt on
+read by one fancy-indexing gather.  :class:`PrioritizedReplay` pairs the memory with a
+:class:`~prisample.PrioritizedSampler` over its slots (Schaul et al. 2016, Algorithm 1).
+
+Storage layout (``frame_stack = 4``, one stream, slot ``i`` holds transition ``t``)::
+
+    frame pool   rows:  ... | f_{t-3} | f_{t-2} | f_{t-1} | f_t | f_{t+1} | ...   (one copy each)
+                               ▲          ▲         ▲       ▲       ▲
+    obs_rows[i]  = [row(f_{t-3}), row(f_{t-2}), row(f_{t-1}), row(f_t)]           s_t
+    next_rows[i] = [row(f_{t-2}), row(f_{t-1}), row(f_t), row(f_{t+1})]           s_{t+1}
+
+Each frame carries a reference count (transitions and the streams' last stacks that use it) and
+returns to a free list when it reaches zero, so a stored transition can never see a frame that was
+overwritten: stacks are exact across episode starts, interleaved streams and wrap-around.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from typing import Any
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from prisample._validation import as_indices, as_priorities, check_positive_int, to_numpy
+from prisample.sampler import Draw, PrioritizedSampler
+from prisample.weights import LinearSchedule, WeightNorm
+
+STATE_VERSION = 1
+# Extra frame-pool rows per transition slot beyond one frame each: room for episode starts
+# (documented bound in ReplayMemory's docstring).
+_FRAME_SLACK_DIVISOR = 64
+_SMALL_FRAME_BYTES = 1024
+
+IntArray = npt.NDArray[np.int64]
+Batch = dict[str, npt.NDArray[Any]]
+
+
+@numba.njit(cache=True)
+def _retain(refs: np.ndarray, rows: np.ndarray) -> None:
+    for j in range(rows.shape[0]):
+        refs[rows[j]] += 1
+
+
+@numba.njit(cache=True)
+def _release(refs: np.ndarray, free: np.ndarray, nfree: int, rows: np.ndarray) -> int:
+    for j in range(rows.shape[0]):
+        row = rows[j]
+        refs[row] -= 1
+        if refs[row] == 0:
+            free[nfree] = row
+            nfree += 1
+    return nfree
+
+
+@numba.njit(cache=True)
+def _make_room(
+    refs: np.ndarray,
+    free: np.ndarray,
+    nfree: int,
+    obs_rows: np.ndarray,
+    next_rows: np.ndarray,
+    tail: int,
+    head: int,
+    need: int,
+    evicted: np.ndarray,
+) -> tuple[int, int, int]:
+    """Evict the transition in the slot about to be written, then the oldest ones until ``need``
+    frames are free; returns ``(nfree, tail, number evicted)`` with the slots in ``evicted``."""
+    capacity = obs_rows.shape[0]
+    n = 0
+    while tail < head and (head - tail >= capacity or nfree < need):
+        slot = tail % capacity
+        nfree = _release(refs, free, nfree, obs_rows[slot])
+        nfree = _release(refs, free, nfree, next_rows[slot])
+        evicted[n] = slot
+        n += 1
+        tail += 1
+    return nfree, tail, n
+
+
+def _resolve(codes: IntArray, rows: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+    """Pool rows from planning codes: ``>= 0`` is a row, ``-j-1`` the ``j``-th new frame's row."""
+    out = codes.astype(np.int32)
+    fresh = codes < 0
+    out[fresh] = rows[-codes[fresh] - 1]
+    return out
+
+
+def _cast(array: npt.NDArray[Any], dtype: np.dtype[Any], name: str) -> npt.NDArray[Any]:
+    """``array`` as ``dtype``: same-kind casts, and integers that fit an integer dtype."""
+    if array.dtype == dtype:
+        return array
+    if np.can_cast(array.dtype, dtype, "same_kind"):
+        return array.astype(dtype)
+    if array.dtype.kind in "biu" and dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if array.size and (array.min() < info.min or array.max() > info.max):
+            raise ValueError(f"{name} should fit {dtype}, but got values in [{array.min()}, {array.max()}]")
+        return array.astype(dtype)
+    raise TypeError(f"{name} should have dtype {dtype} (or cast to it safely), but got dtype {array.dtype}")
+
+
+def _real(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        array = to_numpy(value, name)
+        if array.size != 1 or array.dtype.kind not in "fiu":
+            raise TypeError(f"{name} should be a real number, but got {name}={value!r}")
+        value = array.reshape(())
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{name} should be finite, but got {name}={number!r}")
+    return number
+
+
+def _shape(value: Any, name: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(value)
+    except TypeError:
+        raise TypeError(f"{name} should be a tuple of integers, but got {name}={value!r}") from None
+    for size in shape:
+        check_positive_int(size, f"{name}[...]")
+    return tuple(int(size) for size in shape)
+
+
+class ReplayMemory:
+    """The last ``capacity`` transitions ``(s_t, a_t, r_t, γ_t, s_{t+1})`` with frames stored once.
+
+    ``obs`` and ``next_obs`` passed to :meth:`add` have shape ``(frame_stack, *obs_shape)`` when
+    ``frame_stack > 1``, else ``obs_shape``.  Each stack is stored as pool rows: a frame already in
+    the stream's previous transition is shared when its bytes are equal (``s_t`` equal to the
+    previous ``s_{t+1}``, stacks shifted by one frame, repeated frames inside a stack); any other
+    frame is stored anew.  Reads therefore return exactly the arrays that were added.
+
+    Frame pool bound: a transition that continues its stream needs one new frame; an episode start
+    needs at most ``frame_stack + 1`` (two when a reset stack repeats one frame, as Atari frame
+    stacking does).  With ``E`` stream restarts among the live transitions, ``capacity``
+    transitions fit when ``capacity + frame_stack·(E + 2·num_streams + 2) <= frame_capacity``.
+    The default ``frame_capacity`` is ``capacity + ⌈capacity / 64⌉ + 2·frame_stack·(num_streams
+    + 1)`` for frames over 1 KiB (≈1.6% extra frames: no early eviction while restarts cost at most
+    ``capacity / 64`` extra frames, e.g. Atari episodes of ≥ 64 transitions on average) and
+    ``2·capacity + 2·frame_stack·(num_streams + 1)`` for smaller frames.  When the pool runs short
+    the oldest transitions are evicted early, so ``len(memory)`` is then below ``capacity``.
+
+    ``stream`` lets several environments stepped in turn share one memory: each stream keeps its
+    own stack continuity, transitions go into one ring in arrival order.
+
+    >>> import numpy as np
+    >>> mem = ReplayMemory(8, (2,), obs_dtype=np.float32, frame_stack=2)
+    >>> s0 = np.array([[0, 0], [1, 1]], np.float32)
+    >>> s1 = np.array([[1, 1], [2, 2]], np.float32)
+    >>> mem.add(s0, 1, 0.5, 1.0, s1)
+    0
+    >>> mem.get([0])["next_obs"].tolist()
+    [[[1.0, 1.0], [2.0, 2.0]]]
+    >>> len(mem), mem.num_frames                       # three distinct frames
+    (1, 3)
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        *,
+        obs_dtype: npt.DTypeLike = np.uint8,
+        frame_stack: int = 1,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: npt.DTypeLike = np.int64,
+        num_streams: int = 1,
+        frame_capacity: int | None = None,
+    ) -> None:
+        self.capacity = check_positive_int(capacity, "capacity")
+        self.obs_shape = _shape(obs_shape, "obs_shape")
+        self.obs_dtype = self._dtype(obs_dtype, "obs_dtype")
+        self.frame_stack = check_positive_int(frame_stack, "frame_stack")
+        self.action_shape = _shape(action_shape, "action_shape")
+        self.action_dtype = self._dtype(action_dtype, "action_dtype")
+        self.num_streams = check_positive_int(num_streams, "num_streams")
+        stack = self.frame_stack
+        reserve = 2 * stack * (self.num_streams + 1)  # the streams' last stacks and one new transition
+        frame_nbytes = self.obs_dtype.itemsize * math.prod(self.obs_shape)
+        if frame_capacity is None:
+            extra = self.capacity if frame_nbytes <= _SMALL_FRAME_BYTES else -(-self.capacity // 64)
+            frame_capacity = self.capacity + extra + reserve
+        self.frame_capacity = check_positive_int(frame_capacity, "frame_capacity", minimum=reserve)
+        if self.frame_capacity >= 2**31:
+            raise ValueError(f"frame_capacity should be below 2**31, but got frame_capacity={frame_capacity}")
+        self._stack_shape = (stack, *self.obs_shape) if stack > 1 else self.obs_shape
+        f, c = self.frame_capacity, self.capacity
+        self._frames = np.zeros((f, *self.obs_shape), dtype=self.obs_dtype)
+        self._frame_bytes = self._frames.reshape(f, -1).view(np.uint8)
+        self._refs = np.zeros(f, dtype=np.int32)
+        self._free = np.arange(f - 1, -1, -1, dtype=np.int32)  # a stack: rows 0, 1, ... go first
+        self._nfree = f
+        self._obs_rows = np.zeros((c, stack), dtype=np.int32)
+        self._next_rows = np.zeros((c, stack), dtype=np.int32)
+        self._action = np.zeros((c, *self.action_shape), dtype=self.action_dtype)
+        self._reward = np.zeros(c, dtype=np.float32)
+        self._discount = np.zeros(c, dtype=np.float32)
+        self._generation = np.full(c, -1, dtype=np.int64)  # number of the transition in the slot
+        self._stream_obs = np.zeros((self.num_streams, stack), dtype=np.int32)
+        self._stream_next = np.zeros((self.num_streams, stack), dtype=np.int32)
+        self._stream_live = np.zeros(self.num_streams, dtype=np.bool_)
+        self._stream_ended = np.ones(self.num_streams, dtype=np.bool_)
+        self._evicted = np.zeros(c + 1, dtype=np.int64)
+        self._tail = 0  # transitions numbered [tail, head) are live
+        self._head = 0
+
+    @staticmethod
+    def _dtype(value: npt.DTypeLike, name: str) -> np.dtype[Any]:
+        try:
+            dtype = np.dtype(value)
+        except TypeError:
+            raise TypeError(f"{name} should be a numpy dtype, but got {name}={value!r}") from None
+        if dtype.kind not in "biufc":
+            raise TypeError(f"{name} should be a numeric or bool dtype, but got {name}={dtype}")
+        return dtype
+
+    # -- properties -----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._head - self._tail
+
+    @property
+    def num_added(self) -> int:
+        """Transitions added since construction (the next one gets this generation number)."""
+        return self._head
+
+    @property
+    def num_frames(self) -> int:
+        """Frames held in the pool (by live transitions and the streams' last stacks)."""
+        return self.frame_capacity - self._nfree
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held in the memory's arrays (frame pool, rows, actions, rewards, bookkeeping)."""
+        arrays = (
+            self._frames, self._refs, self._free, self._obs_rows, self._next_rows, self._action,
+            self._reward, self._discount, self._generation, self._stream_obs, self._stream_next,
+            self._stream_live, self._stream_ended, self._evicted,
+        )  # fmt: skip
+        return sum(a.nbytes for a in arrays)
+
+    # -- writes ---------------------------------------------------------------------------------
+    def add(
+        self,
+        obs: npt.ArrayLike,
+        action: npt.ArrayLike,
+        reward: float,
+        discount: float,
+        next_obs: npt.ArrayLike,
+        *,
+        episode_end: bool = False,
+        stream: int = 0,
+    ) -> int:
+        """Store one transition and return its slot; the oldest transition makes room.
+
+        ``discount`` is the per-step continuation (0 at termination, 1 or ``γ`` otherwise): the
+        caller forms ``γ_t`` of Algorithm 1 from it.  ``episode_end=True`` marks that the episode
+        ended at ``next_obs`` (terminated or truncated): the next add on ``stream`` starts a new
+        episode.  Without it, an ``obs`` that does not continue the stream's last transition is
+        stored in full with a ``RuntimeWarning`` (usually a missing ``stream=`` for interleaved
+        environments, which costs ``frame_stack`` frames per transition).
+        """
+        return self._add(obs, action, reward, discount, next_obs, episode_end, stream)[0]
+
+    def _add(
+        self,
+        obs: npt.ArrayLike,
+        action: npt.ArrayLike,
+        reward: float,
+        discount: float,
+        next_obs: npt.ArrayLike,
+        episode_end: bool,
+        stream: int,
+    ) -> tuple[int, IntArray]:
+        """:meth:`add` returning also the slots evicted to make room (the written slot included
+        when it held a live transition)."""
+        obs_b = self._stack_bytes(obs, "obs")
+        next_b = self._stack_bytes(next_obs, "next_obs")
+        action_a = _cast(to_numpy(action, "action"), self.action_dtype, "action")
+        if action_a.shape != self.action_shape:
+            raise ValueError(f"action should have shape {self.action_shape}, but got shape {action_a.shape}")
+        reward_f = _real(reward, "reward")
+        discount_f = _real(discount, "discount")
+        if not isinstance(episode_end, (bool, np.bool_)):
+            raise TypeError(f"episode_end should be a bool, but got episode_end={episode_end!r}")
+        if isinstance(stream, bool) or not isinstance(stream, numbers.Integral):
+            raise TypeError(f"stream should be an integer, but got stream={stream!r}")
+        if not 0 <= stream < self.num_streams:
+            raise ValueError(f"stream should lie in [0, {self.num_streams}), but got stream={stream}")
+
+        new: list[npt.NDArray[np.uint8]] = []
+        obs_codes, next_codes = self._plan(obs_b, next_b, int(stream), bool(self._stream_ended[stream]), new)
+        need = len(new)
+        nfree, self._tail, n = _make_room(
+            self._refs, self._free, self._nfree, self._obs_rows, self._next_rows,
+            self._tail, self._head, need, self._evicted,
+        )  # fmt: skip
+        evicted = self._evicted[:n].copy()
+        rows = self._free[nfree - need : nfree][::-1].copy()
+        self._nfree = nfree - need
+        if need:
+            self._frame_bytes[rows] = np.stack(new)
+        obs_rows, next_rows = _resolve(obs_codes, rows), _resolve(next_codes, rows)
+        slot = self._head % self.capacity
+        self._obs_rows[slot] = obs_rows
+        self._next_rows[slot] = next_rows
+        self._action[slot] = action_a
+        self._reward[slot] = reward_f
+        self._discount[slot] = discount_f
+        self._generation[slot] = self._head
+        held = np.concatenate((obs_rows, next_rows))
+        _retain(self._refs, held)  # the transition's references
+        _retain(self._refs, held)  # the stream's, kept for sharing with its next transition
+        if self._stream_live[stream]:
+            previous = np.concatenate((self._stream_obs[stream], self._stream_next[stream]))
+            self._nfree = _release(self._refs, self._free, self._nfree, previous)
+        self._stream_obs[stream] = obs_rows
+        self._stream_next[stream] = next_rows
+        self._stream_live[stream] = True
+        self._stream_ended[stream] = bool(episode_end)
+        self._head += 1
+        return slot, evicted
+
+    def _stack_bytes(self, value: npt.ArrayLike, name: str) -> npt.NDArray[np.uint8]:
+        array = to_numpy(value, name)
+        if array.shape != self._stack_shape:
+            raise ValueError(f"{name} should have shape {self._stack_shape}, but got shape {array.shape}")
+        array = np.ascontiguousarray(_cast(array, self.obs_dtype, name))
+        return array.reshape(self.frame_stack, -1).view(np.uint8)
+
+    def _plan(
+        self,
+        obs_b: npt.NDArray[np.uint8],
+        next_b: npt.NDArray[np.uint8],
+        stream: int,
+        ended: bool,
+        new: list[npt.NDArray[np.uint8]],
+    ) -> tuple[IntArray, IntArray]:
+        """Pool rows of both stacks: a row ``>= 0`` is shared, ``-j-1`` is ``new[j]`` (appended)."""
+        stack = self.frame_stack
+        frames = self._frame_bytes
+        live = bool(self._stream_live[stream])
+        last_obs, last_next = self._stream_obs[stream], self._stream_next[stream]
+        if live and np.array_equal(frames[last_next], obs_b):
+            obs_codes = last_next.astype(np.int64)
+        elif live and stack > 1 and np.array_equal(frames[last_obs[1:]], obs_b[:-1]):
+            new.append(obs_b[-1])  # a stack shifted by one frame (n-step transitions)
+            obs_codes = np.append(last_obs[1:].astype(np.int64), -len(new))
+        else:
+            if live and not ended and stack > 1:
+                warnings.warn(
+                    f"obs does not continue the last transition of stream {stream} and is stored in "
+                    "full: pass episode_end=True at the end of an episode, and one stream= per "
+                    "environment when several share the memory",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+            obs_codes = self._plan_full(obs_b, new)
+        if np.array_equal(next_b[:-1], obs_b[1:]):
+            new.append(next_b[-1])
+            next_codes = np.append(obs_codes[1:], -len(new))
+        elif live and np.array_equal(frames[last_next[1:]], next_b[:-1]):
+            new.append(next_b[-1])
+            next_codes = np.append(last_next[1:].astype(np.int64), -len(new))
+        else:
+            next_codes = self._plan_full(next_b, new)
+        return obs_codes, next_codes
+
+    def _plan_full(self, stack_b: npt.NDArray[np.uint8], new: list[npt.NDArray[np.uint8]]) -> IntArray:
+        codes = np.empty(self.frame_stack, dtype=np.int64)
+        for j in range(self.frame_stack):
+            if j and np.array_equal(stack_b[j], stack_b[j - 1]):
+                codes[j] = codes[j - 1]  # repeated frames (a reset stack) share one row
+            else:
+                new.append(stack_b[j])
+                codes[j] = -len(new)
+        return codes
+
+    # -- reads ----------------------------------------------------------------------------------
+    def valid(self, slots: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """Whether each slot holds a live transition (added and not yet evicted)."""
+        idx = self._slots(slots)
+        return np.asarray(self._generation[idx] >= self._tail)
+
+    def generations(self, slots: npt.ArrayLike) -> IntArray:
+        """Number of the transition each slot holds (``-1`` never written): changes on rewrite."""
+        return self._generation[self._slots(slots)].copy()
+
+    def get(self, slots: npt.ArrayLike) -> Batch:
+        """Transitions in ``slots`` as arrays: ``obs``, ``action``, ``reward`` (float32),
+        ``discount`` (float32), ``next_obs`` and ``generation`` (the transition's number, int64).
+
+        ``obs``/``next_obs`` have shape ``(k, frame_stack, *obs_shape)``, or ``(k, *obs_shape)``
+        when ``frame_stack = 1``.  Every slot must hold a live transition.
+        """
+        idx = self._slots(slots)
+        dead = self._generation[idx] < self._tail
+        if dead.any():
+            j = int(np.argmax(dead))
+            raise ValueError(f"slots should hold live transitions, but got slots[{j}]={idx[j]} (empty)")
+        return self._gather(idx)
+
+    def _gather(self, idx: IntArray) -> Batch:
+        obs_rows, next_rows = self._obs_rows[idx], self._next_rows[idx]
+        if self.frame_stack == 1:
+            obs_rows, next_rows = obs_rows[:, 0], next_rows[:, 0]
+        return {
+            "obs": self._frames[obs_rows],
+            "action": self._action[idx],
+            "reward": self._reward[idx],
+            "discount": self._discount[idx],
+            "next_obs": self._frames[next_rows],
+            "generation": self._generation[idx],
+        }
+
+    def _slots(self, slots: npt.ArrayLike) -> IntArray:
+        idx = as_indices(slots, "slots")
+        bad = (idx < 0) | (idx >= self.capacity)
+        if bad.any():
+            j = int(np.argmax(bad))
+            raise ValueError(f"slots should lie in [0, {self.capacity}), but got slots[{j}]={idx[j]}")
+        return idx
+
+    # -- checkpointing --------------------------------------------------------------------------
+    def state_dict(self, *, copy: bool = True) -> dict[str, Any]:
+        """Everything needed to continue exactly (numpy arrays and plain values).
+
+        ``copy=False`` returns the live arrays themselves (no second copy of a large frame pool);
+        serialise them before the next :meth:`add`.
+        """
+
+        def arr(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            return a.copy() if copy else a
+
+        return {
+            "version": STATE_VERSION,
+            "config": self._config(),
+            "frames": arr(self._frames),
+            "refs": arr(self._refs),
+            "free": arr(self._free),
+            "nfree": self._nfree,
+            "obs_rows": arr(self._obs_rows),
+            "next_rows": arr(self._next_rows),
+            "action": arr(self._action),
+            "reward": arr(self._reward),
+            "discount": arr(self._discount),
+            "generation": arr(self._generation),
+            "stream_obs": arr(self._stream_obs),
+            "stream_next": arr(self._stream_next),
+            "stream_live": arr(self._stream_live),
+            "stream_ended": arr(self._stream_ended),
+            "tail": self._tail,
+            "head": self._head,
+        }
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "capacity": self.capacity,
+            "obs_shape": self.obs_shape,
+            "obs_dtype": self.obs_dtype.str,
+            "frame_stack": self.frame_stack,
+            "action_shape": self.action_shape,
+            "action_dtype": self.action_dtype.str,
+            "num_streams": self.num_streams,
+            "frame_capacity": self.frame_capacity,
+        }
+
+    _ARRAYS = (
+        "frames", "refs", "free", "obs_rows", "next_rows", "action", "reward", "discount",
+        "generation", "stream_obs", "stream_next", "stream_live", "stream_ended",
+    )  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output into a memory built with the same arguments."""
+        arrays = self._checked_state(state)
+        for name in self._ARRAYS:
+            getattr(self, f"_{name}")[...] = arrays[name]
+        self._nfree, self._tail, self._head = int(state["nfree"]), int(state["tail"]), int(state["head"])
+
+    def _checked_state(self, state: dict[str, Any]) -> dict[str, npt.NDArray[Any]]:
+        """The state's arrays, after checking everything :meth:`load_state_dict` will assign."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state should be a dict from state_dict(), but got {type(state).__name__}")
+        version = state.get("version")
+        if version != STATE_VERSION:
+            raise ValueError(f"state_dict version should be {STATE_VERSION}, but got version={version!r}")
+        try:
+            config = dict(state["config"])
+            arrays = {name: np.asarray(state[name]) for name in self._ARRAYS}
+            nfree, tail, head = int(state["nfree"]), int(state["tail"]), int(state["head"])
+        except KeyError as missing:
+            raise ValueError(f"state_dict is missing the key {missing}") from None
+        for key in ("obs_shape", "action_shape"):
+            config[key] = tuple(config.get(key, ()))
+        for key, mine in self._config().items():
+            if config.get(key) != mine:
+                raise ValueError(f"state_dict config {key} should be {mine!r}, but got {config.get(key)!r}")
+        for name, array in arrays.items():
+            target = getattr(self, f"_{name}")
+            if array.shape != target.shape or array.dtype != target.dtype:
+                raise ValueError(
+                    f"state_dict {name} should be {target.dtype}{list(target.shape)}, "
+                    f"but got {array.dtype}{list(array.shape)}"
+                )
+        if not (0 <= nfree <= self.frame_capacity and 0 <= tail <= head and head - tail <= self.capacity):
+            raise ValueError(f"state_dict counters are inconsistent: nfree={nfree}, tail={tail}, head={head}")
+        return arrays
+
+
+class PrioritizedReplay:
+    """A :class:`ReplayMemory` and a :class:`~prisample.PrioritizedSampler` over its slots.
+
+    Implements the replay side of Schaul et al. (2016), Algorithm 1: a new transition enters at
+    the maximum priority of the memory (line 6), batches are drawn with ``P(i) = p_i^α / Σ_k
+    p_k^α`` (Eq. 1) and come with importance weights ``w_i = (N · P(i))^-β / max_j w_j``
+    (Sec. 3.4), and ``|δ_i|`` updates the drawn slots (line 12).  A slot leaves the sampler the
+    moment its transition is evicted, so a draw only ever returns live transitions.
+
+    Priority updates for rewritten slots are dropped (a TD error computed for an evicted
+    transition must not land on its successor; ray-project/ray#6534).  ``sample`` records, per
+    slot, the generation (transition number) it held when last drawn, and puts it in
+    ``batch["generation"]``.  :meth:`update_priorities` applies an entry only if its slot is live
+    and still holds that generation: the one passed in ``generations=`` (exact), or else the one
+    recorded at the slot's most recent draw.  Without ``generations=``, a stale update that
+    arrives after its slot was rewritten *and drawn again* cannot be told from a fresh one; pass
+    ``generations=batch["generation"]`` when updates may lag behind later draws.
+
+    >>> import numpy as np
+    >>> replay = PrioritizedReplay(4, (3,), obs_dtype=np.float32, alpha=1.0, beta=1.0, seed=0)
+    >>> for t in range(6):
+    ...     slot = replay.add(np.full(3, t), t % 2, 1.0, 0.99, np.full(3, t + 1))
+    >>> len(replay), slot
+    (4, 1)
+    >>> batch, draw = replay.sample(2)
+    >>> batch["obs"].shape, draw.weights.dtype.name
+    ((2, 3), 'float32')
+    >>> replay.update_priorities(draw.indices, [0.5, 2.0])
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        *,
+        frame_stack: int = 1,
+        obs_dtype: npt.DTypeLike = np.uint8,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: npt.DTypeLike = np.int64,
+        num_streams: int = 1,
+        frame_capacity: int | None = None,
+        alpha: float = 0.6,
+        beta: float | LinearSchedule = 0.4,
+        eps: float = 1e-6,
+        backend: str = "proportional",
+        weight_norm: WeightNorm = "memory",
+        seed: int | None = None,
+    ) -> None:
+        self.sampler = PrioritizedSampler(
+            check_positive_int(capacity, "capacity"), alpha=alpha, beta=beta, eps=eps,
+            backend=backend, weight_norm=weight_norm, size=0, seed=seed,
+        )  # fmt: skip
+        self.memory = ReplayMemory(
+            capacity, obs_shape, obs_dtype=obs_dtype, frame_stack=frame_stack,
+            action_shape=action_shape, action_dtype=action_dtype, num_streams=num_streams,
+            frame_capacity=frame_capacity,
+        )  # fmt: skip
+        self._drawn = np.full(self.memory.capacity, -1, dtype=np.int64)  # generation at last draw
+        self.dropped_updates = 0
+
+    def __len__(self) -> int:
+        return len(self.memory)
+
+    @property
+    def capacity(self) -> int:
+        return self.memory.capacity
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the memory, the sampler and the draw record."""
+        return self.memory.nbytes + self.sampler.nbytes + self._drawn.nbytes
+
+    def add(
+        self,
+        obs: npt.ArrayLike,
+        action: npt.ArrayLike,
+        reward: float,
+        discount: float,
+        next_obs: npt.ArrayLike,
+        episode_end: bool = False,
+        stream: int = 0,
+    ) -> int:
+        """Store a transition (see :meth:`ReplayMemory.add`); it enters at the maximum priority."""
+        slot, evicted = self.memory._add(obs, action, reward, discount, next_obs, episode_end, stream)
+        if evicted.shape[0]:
+            self.sampler.remove(evicted)
+        self.sampler.add(np.array([slot]))
+        return slot
+
+    def sample(self, k: int) -> tuple[Batch, Draw]:
+        """Draw ``k`` live transitions: ``(batch, draw)`` with ``batch`` as :meth:`ReplayMemory.get`
+        returns it and ``draw`` the slots, importance weights and probabilities."""
+        draw = self.sampler.sample(k)
+        batch = self.memory._gather(draw.indices)
+        self._drawn[draw.indices] = batch["generation"]
+        return batch, draw
+
+    def update_priorities(
+        self, indices: npt.ArrayLike, priorities: npt.ArrayLike, *, generations: npt.ArrayLike | None = None
+    ) -> None:
+        """Set raw priorities (``|δ|``) of drawn slots; entries for rewritten slots are dropped.
+
+        Accepts numpy arrays, torch tensors and lists; duplicates: the last entry wins.  The number
+        of dropped entries accumulates in :attr:`dropped_updates`.
+        """
+        idx = self.memory._slots(indices)
+        values = as_priorities(priorities, idx.shape[0])
+        bad = ~((values >= 0.0) & (values < np.inf))
+        if bad.any():
+            j = int(np.argmax(bad))
+            raise ValueError(f"priorities should be finite and >= 0, but got priorities[{j}]={values[j]!r}")
+        if generations is None:
+            expected = self._drawn[idx]
+        else:
+            expected = as_indices(generations, "generations")
+            if expected.shape != idx.shape:
+                raise ValueError(
+                    f"generations should have one value per index ({idx.shape[0]}), "
+                    f"but got {expected.shape[0]}"
+                )
+        current = self.memory._generation[idx]
+        keep = (current == expected) & (current >= self.memory._tail)
+        if keep.all():
+            self.sampler.update_priorities(idx, values)
+            return
+        self.dropped_updates += int(keep.shape[0] - np.count_nonzero(keep))
+        if keep.any():
+            self.sampler.update_priorities(idx[keep], values[keep])
+
+    # -- checkpointing --------------------------------------------------------------------------
+    def state_dict(self, include_memory: bool = False) -> dict[str, Any]:
+        """Sampler state and draw record, plus the memory's state when ``include_memory``."""
+        state: dict[str, Any] = {
+            "version": STATE_VERSION,
+            "sampler": self.sampler.state_dict(),
+            "drawn": self._drawn.copy(),
+            "dropped_updates": self.dropped_updates,
+        }
+        if include_memory:
+            state["memory"] = self.memory.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output; without ``"memory"`` the current memory must be the
+        one the state was saved with (its live slots must match the sampler's)."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state should be a dict from state_dict(), but got {type(state).__name__}")
+        version = state.get("version")
+        if version != STATE_VERSION:
+            raise ValueError(f"state_dict version should be {STATE_VERSION}, but got version={version!r}")
+        try:
+            sampler_state, drawn = state["sampler"], np.asarray(state["drawn"])
+            dropped = int(state["dropped_updates"])
+        except KeyError as missing:
+            raise ValueError(f"state_dict is missing the key {missing}") from None
+        if drawn.shape != self._drawn.shape or drawn.dtype != self._drawn.dtype:
+            raise ValueError(
+                f"state_dict drawn should be int64{list(self._drawn.shape)}, "
+                f"but got {drawn.dtype}{list(drawn.shape)}"
+            )
+        memory_state = state.get("memory")
+        if memory_state is not None:
+            arrays = self.memory._checked_state(memory_state)
+            live = arrays["generation"] >= int(memory_state["tail"])
+        else:
+            live = self.memory._generation >= self.memory._tail
+        try:
+            filled = ~np.isnan(np.asarray(sampler_state["priorities"], dtype=np.float64))
+        except (KeyError, TypeError):
+            raise ValueError("state_dict sampler should be a PrioritizedSampler state_dict") from None
+        if filled.shape != live.shape or not np.array_equal(filled, live):
+            raise ValueError("state_dict sampler slots should match the memory's live transitions")
+        self.sampler.load_state_dict(sampler_state)
+        if memory_state is not None:
+            self.memory.load_state_dict(memory_state)
+        self._drawn[:] = drawn
+        self.dropped_updates = dropped

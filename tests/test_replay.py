@@ -1,0 +1,323 @@
+"""ReplayMemory and PrioritizedReplay: exact stacks, live slots only, stale priorities dropped."""
+
+from __future__ import annotations
+
+import pickle
+from collections import deque
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from prisample.replay import PrioritizedReplay, ReplayMemory
+
+FRAME = (5, 4)
+
+
+class StackingEnv:
+    """Frames of random pixels stacked like Atari's frame stacking: a reset repeats its frame."""
+
+    def __init__(self, rng: np.random.Generator, stack: int, shape: tuple[int, ...] = FRAME) -> None:
+        self.rng, self.stack, self.shape = rng, stack, shape
+        self.frames: deque[np.ndarray] = deque(maxlen=stack)
+
+    def _frame(self) -> np.ndarray:
+        return self.rng.integers(0, 256, size=self.shape, dtype=np.uint8)
+
+    def reset(self) -> np.ndarray:
+        first = self._frame()
+        self.frames.extend([first] * self.stack)
+        return self.observation()
+
+    def step(self) -> np.ndarray:
+        self.frames.append(self._frame())
+        return self.observation()
+
+    def observation(self) -> np.ndarray:
+        stack = np.stack(self.frames)
+        return stack if self.stack > 1 else stack[0]
+
+
+class Recorder:
+    """Drives ``streams`` environments in random turns into a memory and keeps every transition."""
+
+    def __init__(self, memory_add, stack: int, streams: int, seed: int, end_prob: float = 0.1) -> None:  # type: ignore[no-untyped-def]
+        self.add = memory_add
+        self.rng = np.random.default_rng(seed)
+        self.envs = [StackingEnv(self.rng, stack) for _ in range(streams)]
+        self.obs = [env.reset() for env in self.envs]
+        self.end_prob = end_prob
+        self.added: list[tuple[int, dict[str, np.ndarray]]] = []  # (slot, transition) in order
+
+    def step(self) -> int:
+        stream = int(self.rng.integers(len(self.envs)))
+        env = self.envs[stream]
+        next_obs = env.step()
+        end = bool(self.rng.random() < self.end_prob)
+        action, reward = int(self.rng.integers(4)), float(self.rng.normal())
+        discount = 0.0 if end and self.rng.random() < 0.5 else 1.0
+        slot = self.add(self.obs[stream], action, reward, discount, next_obs, episode_end=end, stream=stream)
+        self.added.append(
+            (slot, {"obs": self.obs[stream], "action": action, "reward": reward, "discount": discount,
+                    "next_obs": next_obs})
+        )  # fmt: skip
+        self.obs[stream] = env.reset() if end else next_obs
+        return slot
+
+
+def assert_matches(memory: ReplayMemory, added: list[tuple[int, dict[str, np.ndarray]]]) -> None:
+    """The live transitions are the most recent ones, in order, and read back exactly."""
+    n = len(memory)
+    assert n <= memory.capacity
+    live = added[len(added) - n :]
+    slots = np.array([slot for slot, _ in live], dtype=np.int64)
+    if n:
+        assert memory.valid(slots).all()
+        batch = memory.get(slots)
+        for key in ("obs", "next_obs", "action"):
+            expected = np.stack([np.asarray(t[key]) for _, t in live])
+            np.testing.assert_array_equal(batch[key], expected, err_msg=key)
+        for key in ("reward", "discount"):
+            expected = np.array([t[key] for _, t in live], dtype=np.float32)
+            np.testing.assert_array_equal(batch[key], expected, err_msg=key)
+        np.testing.assert_array_equal(batch["generation"], np.arange(len(added) - n, len(added)))
+    dead = np.setdiff1d(np.arange(memory.capacity), slots)
+    assert not memory.valid(dead).any()
+
+
+# -- frame-stack reconstruction ---------------------------------------------------------------------
+@pytest.mark.parametrize(("stack", "streams"), [(4, 1), (4, 3), (1, 1), (1, 2), (3, 2)])
+def test_stacks_equal_environment_stacks_across_episodes_and_wraparound(stack: int, streams: int) -> None:
+    memory = ReplayMemory(50, FRAME, frame_stack=stack, num_streams=streams)
+    recorder = Recorder(memory.add, stack, streams, seed=stack * 10 + streams)
+    for t in range(400):  # eight wrap-arounds, about 40 episode ends
+        recorder.step()
+        if t % 7 == 0 or t > 380:
+            assert_matches(memory, recorder.added)
+    assert len(memory) == memory.capacity  # the default pool keeps every slot live here
+
+
+@given(
+    capacity=st.integers(1, 12),
+    stack=st.integers(1, 4),
+    streams=st.integers(1, 3),
+    extra=st.integers(0, 12),
+    end_prob=st.sampled_from([0.0, 0.2, 0.7]),
+    steps=st.integers(1, 60),
+    seed=st.integers(0, 2**16),
+)
+def test_reference_model_with_tight_frame_pool(
+    capacity: int, stack: int, streams: int, extra: int, end_prob: float, steps: int, seed: int
+) -> None:
+    """Random streams, episode ends and a pool so small that old transitions are evicted early:
+    the live transitions are always the most recent ones and read back exactly."""
+    reserve = 2 * stack * (streams + 1)
+    memory = ReplayMemory(
+        capacity, FRAME, frame_stack=stack, num_streams=streams, frame_capacity=reserve + extra
+    )
+    recorder = Recorder(memory.add, stack, streams, seed, end_prob)
+    for _ in range(steps):
+        recorder.step()
+        assert_matches(memory, recorder.added)
+        assert memory.num_frames <= memory.frame_capacity
+        assert len(memory) >= 1
+
+
+def test_frames_are_shared() -> None:
+    """One new frame per continuing transition; a reset stack of repeated frames costs one frame."""
+    memory = ReplayMemory(100, FRAME, frame_stack=4)
+    recorder = Recorder(memory.add, 4, 1, seed=0, end_prob=0.0)
+    for _ in range(30):
+        recorder.step()
+    assert memory.num_frames == 30 + 1  # the reset frame, then one per step
+
+
+def test_flat_observations_float32() -> None:
+    """CartPole-like float32 (4,) observations, frame_stack=1, including NaN and -0.0 exactly."""
+    memory = ReplayMemory(8, (4,), obs_dtype=np.float32)
+    obs = np.array([0.0, -0.0, np.nan, 1.5], np.float32)
+    nxt = np.array([-0.0, 0.0, 2.0, np.inf], np.float32)
+    slot = memory.add(obs, 1, 1.0, 1.0, nxt)
+    memory.add(nxt, 0, 1.0, 0.0, obs, episode_end=True)
+    batch = memory.get([slot, 1])
+    assert batch["obs"].shape == (2, 4) and batch["obs"].dtype == np.float32
+    assert batch["obs"].tobytes() == np.stack([obs, nxt]).tobytes()
+    assert batch["next_obs"].tobytes() == np.stack([nxt, obs]).tobytes()
+    assert batch["discount"].tolist() == [1.0, 0.0]
+
+
+def test_interleaved_streams_without_stream_id_warn() -> None:
+    memory = ReplayMemory(8, FRAME, frame_stack=2)
+    a, b = StackingEnv(np.random.default_rng(0), 2), StackingEnv(np.random.default_rng(1), 2)
+    oa, ob = a.reset(), b.reset()
+    memory.add(oa, 0, 0.0, 1.0, a.step())
+    with pytest.warns(RuntimeWarning, match="stream"):
+        memory.add(ob, 0, 0.0, 1.0, b.step())
+
+
+# -- sampler and priorities ---------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["proportional", "rank", "greedy", "uniform"])
+def test_sampling_returns_live_slots_only(backend: str) -> None:
+    replay = PrioritizedReplay(
+        20, FRAME, frame_stack=3, num_streams=2, frame_capacity=26, backend=backend, seed=1
+    )
+    recorder = Recorder(replay.add, 3, 2, seed=2, end_prob=0.3)
+    rng = np.random.default_rng(3)
+    sizes = []
+    for t in range(300):
+        recorder.step()
+        sizes.append(len(replay))
+        live = replay.memory.valid(np.arange(20))
+        np.testing.assert_array_equal(~np.isnan(replay.sampler.priorities), live)
+        if t >= 5:
+            batch, draw = replay.sample(8)
+            assert replay.memory.valid(draw.indices).all()
+            np.testing.assert_array_equal(batch["generation"], replay.memory.generations(draw.indices))
+            replay.update_priorities(draw.indices, rng.random(8) * 3)
+    assert min(sizes[50:]) < 20  # the small pool did evict early
+
+
+def test_overwritten_slot_priorities_are_ignored() -> None:
+    """Regression for ray-project/ray#6534: a TD error computed for a transition that has since been
+    overwritten was written onto the new transition in the same slot."""
+    replay = PrioritizedReplay(4, (1,), obs_dtype=np.float32, alpha=1.0, seed=0)
+    for t in range(4):
+        replay.add([t], 0, 0.0, 1.0, [t + 1])
+    _, draw = replay.sample(4)
+    replay.add([4], 0, 0.0, 1.0, [5])  # overwrites slot 0
+    rewritten = draw.indices == 0
+    priorities = np.where(rewritten, 100.0, 2.0)
+    replay.update_priorities(draw.indices, priorities)
+    raw = replay.sampler.priorities
+    assert raw[0] == 1.0  # the new transition keeps its entry priority (the max before the update)
+    assert replay.dropped_updates == int(rewritten.sum())
+    kept = draw.indices[~rewritten]
+    np.testing.assert_array_equal(raw[kept], 2.0)
+    replay.update_priorities([0], [9.0])  # slot 0 not drawn since it was rewritten: dropped too
+    assert raw[0] == replay.sampler.priorities[0]
+
+
+def test_repeated_draws_record_the_latest_generation() -> None:
+    """Without ``generations=`` the generation of the slot's latest draw decides; with it, an update
+    issued for a draw older than the slot's rewrite is dropped even after the slot is drawn again."""
+    replay = PrioritizedReplay(2, (1,), obs_dtype=np.float32, backend="uniform", seed=0)
+    replay.add([0], 0, 0.0, 1.0, [1])
+    _, first = replay.sample(3)  # slot 0 only
+    replay.add([1], 0, 0.0, 1.0, [2])
+    replay.add([2], 0, 0.0, 1.0, [3])  # slot 0 rewritten
+    replay.update_priorities(first.indices, [5.0, 5.0, 5.0])
+    assert replay.sampler.priorities[0] == 1.0 and replay.dropped_updates == 3
+    batch, second = replay.sample(4)
+    replay.update_priorities(second.indices, np.full(4, 7.0), generations=batch["generation"])
+    assert replay.dropped_updates == 3
+    assert replay.sampler.priorities[second.indices].tolist() == [7.0] * 4
+    assert (second.indices == 0).any()
+    replay.update_priorities(first.indices, [3.0, 3.0, 3.0], generations=np.zeros(3, np.int64))
+    assert replay.sampler.priorities[0] == 7.0 and replay.dropped_updates == 6
+
+
+# -- checkpoints --------------------------------------------------------------------------------------
+def test_state_dict_round_trip_continues_exactly() -> None:
+    def run(replay: PrioritizedReplay, recorder: Recorder, steps: int) -> list[np.ndarray]:
+        out = []
+        rng = np.random.default_rng(len(recorder.added))
+        for _ in range(steps):
+            recorder.step()
+            batch, draw = replay.sample(5)
+            replay.update_priorities(draw.indices, rng.random(5))
+            out += [batch["obs"], batch["next_obs"], draw.indices, draw.weights]
+        return out
+
+    kwargs = {"frame_stack": 4, "num_streams": 2, "alpha": 0.7, "seed": 4}
+    replay = PrioritizedReplay(16, FRAME, **kwargs)  # type: ignore[arg-type]
+    recorder = Recorder(replay.add, 4, 2, seed=5, end_prob=0.2)
+    run(replay, recorder, 40)
+    state = pickle.loads(pickle.dumps(replay.state_dict(include_memory=True)))
+    rng_state = recorder.rng.bit_generator.state
+    envs = pickle.loads(pickle.dumps((recorder.envs, recorder.obs)))
+    expected = run(replay, recorder, 30)
+
+    restored = PrioritizedReplay(16, FRAME, **kwargs)  # type: ignore[arg-type]
+    restored.load_state_dict(state)
+    recorder.add = restored.add
+    recorder.rng.bit_generator.state = rng_state
+    recorder.envs, recorder.obs = envs
+    for env in recorder.envs:
+        env.rng = recorder.rng
+    recorder.added = recorder.added[:40]
+    got = run(restored, recorder, 30)
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_load_state_dict_rejects_mismatch_and_changes_nothing() -> None:
+    replay = PrioritizedReplay(8, FRAME, frame_stack=2, seed=0)
+    recorder = Recorder(replay.add, 2, 1, seed=0)
+    for _ in range(5):
+        recorder.step()
+    state = replay.state_dict()  # without memory: sampler slots must match the memory
+    other = PrioritizedReplay(8, FRAME, frame_stack=2, seed=0)
+    before = other.sampler.priorities
+    with pytest.raises(ValueError, match="live transitions"):
+        other.load_state_dict(state)
+    np.testing.assert_array_equal(other.sampler.priorities, before)
+    with pytest.raises(ValueError, match="frame_stack"):
+        ReplayMemory(8, FRAME, frame_stack=3).load_state_dict(replay.memory.state_dict())
+    with pytest.raises(ValueError, match="version"):
+        replay.memory.load_state_dict({"version": 99})
+
+
+# -- validation and footprint -----------------------------------------------------------------------
+def test_validation_errors_change_nothing() -> None:
+    memory = ReplayMemory(4, FRAME, frame_stack=2)
+    good = np.zeros((2, *FRAME), np.uint8)
+    memory.add(good, 1, 0.0, 1.0, good)
+    state = memory.state_dict()
+    bad_calls = [
+        (ValueError, "obs should have shape", lambda: memory.add(good[0], 1, 0.0, 1.0, good)),
+        (TypeError, "next_obs should have dtype", lambda: memory.add(good, 1, 0.0, 1.0, good * 0.5)),
+        (ValueError, "obs should fit", lambda: memory.add(good.astype(np.int64) + 300, 1, 0.0, 1.0, good)),
+        (ValueError, "action should have shape", lambda: memory.add(good, [1, 2], 0.0, 1.0, good)),
+        (TypeError, "action should have dtype", lambda: memory.add(good, 1.5, 0.0, 1.0, good)),
+        (ValueError, "reward should be finite", lambda: memory.add(good, 1, np.nan, 1.0, good)),
+        (TypeError, "discount should be a real", lambda: memory.add(good, 1, 0.0, "1", good)),
+        (ValueError, "stream should lie", lambda: memory.add(good, 1, 0.0, 1.0, good, stream=1)),
+        (TypeError, "episode_end should", lambda: memory.add(good, 1, 0.0, 1.0, good, episode_end=1)),
+        (ValueError, "slots should lie", lambda: memory.get([4])),
+        (ValueError, "slots should hold live", lambda: memory.get([1])),
+        (TypeError, "slots should hold integers", lambda: memory.get([0.5])),
+    ]
+    for error, message, call in bad_calls:
+        with pytest.raises(error, match=message):
+            call()
+    after = memory.state_dict()
+    for key, value in state.items():
+        np.testing.assert_array_equal(np.asarray(after[key], dtype=object), np.asarray(value, dtype=object))
+    for error, message, kwargs in [
+        (ValueError, "capacity should be", {"capacity": 0}),
+        (TypeError, "obs_dtype should be", {"obs_dtype": object}),
+        (ValueError, "frame_capacity should be", {"frame_capacity": 3}),
+        (TypeError, "obs_shape should be", {"obs_shape": 84}),
+        (ValueError, "num_streams should be", {"num_streams": 0}),
+    ]:
+        args = {"capacity": 4, "obs_shape": FRAME, "frame_stack": 2} | kwargs
+        with pytest.raises(error, match=message):
+            ReplayMemory(**args)  # type: ignore[arg-type]
+    replay = PrioritizedReplay(4, FRAME, frame_stack=2, seed=0)
+    replay.add(good, 1, 0.0, 1.0, good)
+    with pytest.raises(ValueError, match="priorities should be finite"):
+        replay.update_priorities([0], [-1.0])
+    with pytest.raises(ValueError, match="generations should have one value"):
+        replay.update_priorities([0], [1.0], generations=[0, 0])
+    assert replay.sampler.priorities[0] == 1.0
+
+
+def test_atari_footprint_per_transition() -> None:
+    """84x84 uint8 frames, frame_stack 4: one 7056-byte frame per transition plus a few percent."""
+    memory = ReplayMemory(20_000, (84, 84), frame_stack=4)
+    per_transition = memory.nbytes / memory.capacity
+    assert 84 * 84 < per_transition < 84 * 84 * 1.02 + 120
+    replay = PrioritizedReplay(20_000, (84, 84), frame_stack=4)
+    assert replay.nbytes - memory.nbytes < 60 * 20_000  # sampler and draw record: bytes per slot
