@@ -1,0 +1,244 @@
+"""Double DQN recipe (recipes/atari_ddqn.py): Algorithm 1's update, clipping, scores, resume, smoke runs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from recipes.atari_ddqn import (
+    DDQNConfig,
+    DQNRMSprop,
+    QNetwork,
+    double_dqn_td_error,
+    make_optimizer,
+    resolve,
+    train,
+    transition_targets,
+    weighted_td_loss,
+)
+from recipes.dqn_envs import EnvSpec, atari_rom, load_atari_scores, normalized_score
+
+torch.set_num_threads(1)
+
+
+class Table(nn.Module):
+    """``Q(s, ·)`` read from a table, for hand-made batches (observations are state ids)."""
+
+    def __init__(self, values: list[list[float]]) -> None:
+        super().__init__()
+        self.values = nn.Parameter(torch.tensor(values, dtype=torch.float64))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.values[obs.long()]
+
+
+def test_double_dqn_target_is_algorithm_1_line_11() -> None:
+    """δ = R + γ γ_t Q_target(S_t, argmax_a Q(S_t, a)) − Q(S_{t−1}, A_{t−1}), by hand on 3 transitions.
+
+    In state 1 the online network prefers action 0 and the target network action 1, so Double
+    DQN's bootstrap (Q_target(1, 0) = 2) differs from DQN's max (Q_target(1, 1) = 10).
+    """
+    online = Table([[0.5, 1.5], [3.0, 1.0], [0.0, 4.0]])
+    target = Table([[9.0, 9.0], [2.0, 10.0], [-1.0, 7.0]])
+    obs = torch.tensor([0, 0, 2])
+    action = torch.tensor([1, 0, 0])
+    reward = torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64)
+    discount = torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64)
+    next_obs = torch.tensor([1, 1, 2])
+    gamma = 0.9
+    delta = double_dqn_td_error(online, target, obs, action, reward, discount, next_obs, gamma)
+    expected = [
+        1.0 + 0.9 * 2.0 - 1.5,  # argmax_a Q(1, a) = 0, Q_target(1, 0) = 2
+        -1.0 + 0.0 - 0.5,  # terminal: no bootstrap
+        0.5 + 0.9 * 7.0 - 0.0,  # argmax_a Q(2, a) = 1, Q_target(2, 1) = 7
+    ]
+    torch.testing.assert_close(delta, torch.tensor(expected, dtype=torch.float64))
+    # Only Q(S_{t-1}, A_{t-1}) carries the gradient: the target is a constant.
+    delta.sum().backward()
+    assert online.values.grad is not None
+    grad = online.values.grad.numpy()
+    np.testing.assert_array_equal(grad, [[-1.0, -1.0], [0.0, 0.0], [-1.0, 0.0]])
+    assert target.values.grad is None
+
+
+def test_update_is_sum_of_weighted_clipped_td_errors() -> None:
+    """∂loss/∂Q_j = −w_j clip(δ_j, −1, 1) with 'sum' (Algorithm 1's Δ, Sec. 4's TD clipping)."""
+    q_taken = torch.tensor([0.0, 0.0, 0.0, 0.0], requires_grad=True)
+    targets = torch.tensor([0.3, -0.8, 2.5, -4.0])
+    weights = torch.tensor([1.0, 0.5, 0.25, 0.1])
+    loss = weighted_td_loss(targets - q_taken, weights, clip_td=True, reduction="sum")
+    loss.backward()
+    assert q_taken.grad is not None
+    torch.testing.assert_close(q_taken.grad, -weights * torch.tensor([0.3, -0.8, 1.0, -1.0]))
+    q_taken.grad = None
+    weighted_td_loss(targets - q_taken, weights, clip_td=False, reduction="mean").backward()
+    torch.testing.assert_close(q_taken.grad, -weights * targets / 4)
+
+
+def test_rewards_clipped_and_discount_zero_at_termination_or_life_loss() -> None:
+    reward = np.array([5.0, -3.0, 0.5, 1.0])
+    terminated = np.array([False, True, False, False])
+    life_lost = np.array([False, False, True, False])
+    clipped, discount = transition_targets(reward, terminated, life_lost, clip_reward=True)
+    np.testing.assert_array_equal(clipped, [1.0, -1.0, 0.5, 1.0])
+    np.testing.assert_array_equal(discount, [1.0, 0.0, 0.0, 1.0])
+    raw, _ = transition_targets(reward, terminated, life_lost, clip_reward=False)
+    np.testing.assert_array_equal(raw, reward)
+
+
+@pytest.mark.parametrize(
+    ("game", "ddqn", "rank", "proportional"),
+    [  # the paper's normalised-score table (human starts), in per cent
+        ("pong", 111, 110, 110),
+        ("breakout", 1397, 1298, 1407),
+        ("alien", 14, 19, 12),
+        ("double_dunk", 981, 2000, 1169),
+        ("video_pinball", 7221, 5727, 7367),  # random > human: the |·| in the denominator
+        ("seaquest", 36, 63, 97),
+    ],
+)
+def test_normalized_score_reproduces_the_papers_table(
+    game: str, ddqn: int, rank: int, proportional: int
+) -> None:
+    """(agent − random) / |human − random| on the paper's raw scores gives its normalised table."""
+    row = load_atari_scores()[game]
+    random, human = float(row["random"]), float(row["human"])
+    for column, percent in (("ddqn", ddqn), ("ddqn_rank", rank), ("ddqn_proportional", proportional)):
+        value = 100 * float(normalized_score(float(row[column]), random, human))
+        assert round(value) == percent, (game, column, value)
+
+
+def test_atari_score_table_is_complete() -> None:
+    scores = load_atari_scores()
+    assert len(scores) == 57
+    assert all(math.isfinite(float(r["random"]) + float(r["human"])) for r in scores.values())
+    assert math.isnan(float(scores["berzerk"]["dqn"]))  # not reported in the paper
+    assert atari_rom("ALE/SpaceInvaders-v5") == "space_invaders" and atari_rom("ALE/Pong-v5") == "pong"
+    with pytest.raises(ValueError, match="env"):
+        atari_rom("Pong")
+    with pytest.raises(ValueError, match="human"):
+        normalized_score(1.0, 2.0, 2.0)
+
+
+def test_presets_follow_the_paper() -> None:
+    """Atari defaults are the paper's; α, β0 per arm; η / 4 for the prioritized arms (Sec. 4)."""
+    atari = resolve(DDQNConfig(env="ALE/Breakout-v5", arm="proportional"))
+    assert (atari.memory_size, atari.batch_size, atari.replay_period) == (1_000_000, 32, 4)
+    assert (atari.alpha, atari.beta0, atari.beta_end) == (0.6, 0.4, 1.0)
+    assert atari.clip_reward and atari.clip_td and atari.network == "nature_cnn"
+    rank = resolve(DDQNConfig(env="ALE/Breakout-v5", arm="rank"))
+    assert (rank.alpha, rank.beta0) == (0.7, 0.5)
+    uniform = resolve(DDQNConfig(env="ALE/Breakout-v5", arm="uniform"))
+    assert (uniform.alpha, uniform.beta0, uniform.beta_end) == (0.0, 0.0, 0.0)
+    params = [nn.Parameter(torch.zeros(1))]
+    assert make_optimizer(uniform, params).param_groups[0]["lr"] == 0.00025
+    assert make_optimizer(rank, params).param_groups[0]["lr"] == 0.00025 / 4
+    assert resolve(DDQNConfig(env="CartPole-v1", lr=0.5)).lr == 0.5  # explicit values win
+    with pytest.raises(ValueError, match="arm"):
+        DDQNConfig(arm="greedy")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="memory_size"):
+        resolve(DDQNConfig(env="CartPole-v1", memory_size=8))
+
+
+def test_dqn_rmsprop_step_matches_its_formula() -> None:
+    p = nn.Parameter(torch.tensor([1.0, -2.0], dtype=torch.float64))
+    opt = DQNRMSprop([p], lr=0.1, decay=0.95, eps=0.01)
+    grads = [torch.tensor([0.5, -1.0], dtype=torch.float64), torch.tensor([0.2, 3.0], dtype=torch.float64)]
+    expected = p.detach().clone()
+    g, n = torch.zeros(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
+    for grad in grads:
+        p.grad = grad.clone()
+        opt.step()
+        g = 0.95 * g + 0.05 * grad
+        n = 0.95 * n + 0.05 * grad**2
+        expected = expected - 0.1 * grad / torch.sqrt(n - g**2 + 0.01)
+    torch.testing.assert_close(p.detach(), expected)
+
+
+def test_networks_shapes_and_shared_bias() -> None:
+    nature = QNetwork("nature_cnn", EnvSpec((4, 84, 84), 4, np.uint8, 6), (512,), shared_bias=True)
+    assert nature(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape == (2, 6)
+    assert nature.out.bias.shape == (1,)  # one bias for all actions (tuned Double DQN)
+    minatar = QNetwork("minatar_cnn", EnvSpec((10, 10, 4), 1, np.uint8, 3), (128,), shared_bias=False)
+    assert minatar(torch.zeros(5, 10, 10, 4, dtype=torch.uint8)).shape == (5, 3)
+    mlp = QNetwork("mlp", EnvSpec((4,), 1, np.float32, 2), (16, 8), shared_bias=False)
+    assert mlp(torch.zeros(3, 4)).shape == (3, 2)
+
+
+def _cartpole(tmp_path: Path, **overrides: object) -> DDQNConfig:
+    settings: dict[str, object] = dict(
+        env="CartPole-v1", arm="proportional", total_steps=600, learning_starts=100, eps_decay_steps=300,
+        target_update_period=100, eval_every=300, eval_steps=300, eval_episodes=2, eval_envs=2,
+        log_every=100, log_dir=str(tmp_path), progress=False, tensorboard=False, checkpoint_memory=True,
+    )  # fmt: skip
+    settings.update(overrides)
+    return DDQNConfig(**settings)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("arm", ["proportional", "rank"])
+def test_resume_continues_identically(tmp_path: Path, arm: str) -> None:
+    """Stop at step 300 and resume: networks, optimiser, sampler, memory and env pick up exactly."""
+    straight = train(_cartpole(tmp_path, arm=arm, run_name="straight"))
+    first = train(_cartpole(tmp_path, arm=arm, run_name="split", stop_after=300))
+    assert first.stopped == "stop_after" and first.steps == 300
+    resumed = train(_cartpole(tmp_path, arm=arm, run_name="split", resume=True))
+    assert resumed.steps == straight.steps == 600 and resumed.updates == straight.updates
+    assert resumed.eval_scores == straight.eval_scores
+    a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=False)
+    b = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=False)
+    for key in a["q"]:
+        torch.testing.assert_close(a["q"][key], b["q"][key], rtol=0, atol=0)
+    np.testing.assert_array_equal(a["replay"]["sampler"]["priorities"], b["replay"]["sampler"]["priorities"])
+
+
+def test_cartpole_smoke_writes_logs_and_keeps_best_policy(tmp_path: Path) -> None:
+    result = train(_cartpole(tmp_path, arm="rank", run_name="smoke", tensorboard=True))
+    run = tmp_path / "smoke"
+    assert result.eval_steps == [300, 600] and len(result.eval_scores) == 2
+    assert result.best_score == max(result.eval_scores) and (run / "best_q.pt").exists()
+    header, *rows = (run / "metrics.csv").read_text().splitlines()
+    assert "per/beta" in header and "per/max_priority" in header and len(rows) == 6
+    last = dict(zip(header.split(","), rows[-1].split(","), strict=True))
+    assert 0.5 < float(last["per/beta"]) <= 1.0 and float(last["per/weight_mean"]) <= 1.0
+    assert any(p.name.startswith("events") for p in (run / "tensorboard").iterdir())
+    assert json.loads((run / "result.json").read_text())["steps"] == 600
+
+
+def test_atari_pong_smoke(tmp_path: Path) -> None:
+    """A few hundred steps of the full Atari agent: Nature CNN, frame stacks, life loss, evaluation."""
+    config = DDQNConfig(
+        env="ALE/Pong-v5", arm="proportional", total_steps=400, num_envs=2, memory_size=1_000,
+        learning_starts=320, eval_every=400, eval_steps=64, eval_envs=2, log_every=200,
+        log_dir=str(tmp_path), progress=False, tensorboard=False, run_name="pong",
+    )  # fmt: skip
+    result = train(config)
+    assert result.steps == 400 and result.updates == 20
+    assert result.eval_steps == [400] and result.normalized_best is not None
+    assert all(t >= 0 for t in result.timing_s.values())
+
+
+def test_time_budget_stops_cleanly_and_sweep_writes_json_and_png(tmp_path: Path) -> None:
+    from recipes.dqn_sweep import PlotConfig, SweepConfig, replot, sweep
+
+    out = tmp_path / "cartpole"
+    config = SweepConfig(
+        env="CartPole-v1", arms="uniform,rank", seeds=2, jobs=1, total_steps=400, learning_starts=100,
+        eval_every=200, eval_steps=100, eval_episodes=1, eval_envs=1, log_dir=str(tmp_path / "runs"),
+        tensorboard=False, out=str(out),
+    )  # fmt: skip
+    curves = sweep(config)
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data == json.loads(json.dumps(curves))
+    assert set(data) == {"uniform", "rank"}
+    assert data["rank"]["steps"] == [200, 400] and [len(r) for r in data["rank"]["returns"]] == [2, 2]
+    assert out.with_suffix(".png").stat().st_size > 0 and "| rank |" in out.with_suffix(".md").read_text()
+    png = replot(PlotConfig(json=str(out.with_suffix(".json")), out=str(tmp_path / "again.png")))
+    assert png.stat().st_size > 0
+    budget = train(_cartpole(tmp_path, run_name="budget", total_steps=10**6, time_budget_s=0.0))
+    assert budget.stopped == "time_budget" and budget.steps == 0
