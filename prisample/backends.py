@@ -64,12 +64,23 @@ class ProportionalBackend:
     one target drawn uniformly in each and located by prefix-sum search in a
     :class:`~prisample.trees.PriorityTree`.  The per-draw probability of slot ``i`` is exactly
     ``P(i)``.
+
+    With ``ε = 0`` and ``α > 0`` a zero priority has mass 0 and is never drawn (rejection
+    sampling, Sec. 6); ``min_probability`` is then the smallest *positive* ``P(i)``, found through
+    an arg-max index over ``-p_i`` of the positive priorities, and a draw while every mass is 0
+    raises ``ValueError``.
     """
 
     def __init__(self, raw: FloatArray, alpha: float, eps: float) -> None:
         self.capacity = int(raw.shape[0])
         self.tree = PriorityTree(raw, alpha, eps)
         self.count = int(np.count_nonzero(~np.isnan(raw)))
+        self._negated: FloatArray | None = None
+        self._positive: ArgMaxTree | None = None
+        if eps == 0.0:  # zero priorities can have mass 0: keep the smallest positive one at hand
+            with np.errstate(invalid="ignore"):
+                self._negated = np.where(raw > 0.0, -raw, np.nan)
+            self._positive = ArgMaxTree(self._negated)
 
     def write(self, slots: IntArray, values: FloatArray) -> None:
         code, change = self.tree.write(slots, values)
@@ -79,15 +90,36 @@ class ProportionalBackend:
                 f"{np.nanmax(values)!r} with alpha={self.tree.alpha}, eps={self.tree.eps}"
             )
         self.count += change
+        if self._positive is not None:
+            with np.errstate(invalid="ignore"):
+                self._positive.write(slots, np.where(values > 0.0, -values, np.nan))
 
     def sample(self, k: int, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        if not self.tree.total() > 0.0:
+            raise ValueError(
+                "cannot sample: every valid slot has probability 0 (priority 0 with eps=0); "
+                "set a positive priority first"
+            )
         return self.tree.sample(rng.random(k))
 
     def probabilities(self, slots: IntArray) -> FloatArray:
-        return self.tree.masses[slots] / self.tree.total()
+        total = self.tree.total()
+        if not total > 0.0:
+            return np.zeros(slots.shape[0], dtype=np.float64)
+        return self.tree.masses[slots] / total
 
     def min_probability(self) -> float:
-        return float((self.tree.min_raw() + self.tree.eps) ** self.tree.alpha / self.tree.total())
+        """Smallest positive ``P(i)`` over valid slots (0 when every mass is 0)."""
+        total = self.tree.total()
+        if not total > 0.0:
+            return 0.0
+        low, eps, alpha = self.tree.min_raw(), self.tree.eps, self.tree.alpha
+        if eps > 0.0 or low > 0.0 or alpha == 0.0 or self._positive is None:
+            return float((low + eps) ** alpha / total)
+        slot = self._positive.argmax()  # the smallest positive priority
+        if slot < 0 or self._negated is None:
+            return 0.0
+        return float((-self._negated[slot]) ** alpha / total)
 
     def max_priority(self) -> float:
         return self.tree.max_raw() if self.count else math.nan

@@ -3,7 +3,8 @@
 Implements Schaul et al. (2016), "Prioritized Experience Replay": ``P(i) = p_i^α / Σ_k p_k^α``
 (Eq. 1) with proportional ``p_i = |δ_i| + ε`` or rank-based ``p_i = 1 / rank(i)``, new slots at
 the maximum priority of the memory, stratified batches, and importance-sampling weights
-``w_i = (N · P(i))^-β / max_j w_j`` (Sec. 3.4).
+``w_i = (N · P(i))^-β / max_j w_j`` (Sec. 3.4), optionally times a per-slot correction factor
+``c_i`` such as an off-policy importance ratio ``ρ_i`` (Sec. 6).
 """
 
 from __future__ import annotations
@@ -18,10 +19,21 @@ import torch
 from torch.utils.data import Sampler
 
 from prisample._validation import as_indices, as_priorities, check_positive_int, check_real, check_slots
-from prisample.backends import BACKENDS, Backend, make_backend
-from prisample.weights import WEIGHT_NORMS, LinearSchedule, WeightNorm, check_beta, weights_unchecked
+from prisample.backends import BACKENDS, Backend, ProportionalBackend, make_backend
+from prisample.trees import ArgMaxTree
+from prisample.weights import (
+    WEIGHT_NORMS,
+    LinearSchedule,
+    WeightNorm,
+    check_beta,
+    corrected_memory_max,
+    corrected_weights_unchecked,
+    weights_unchecked,
+)
 
-STATE_VERSION = 1
+# 2 added "corrections"; states of version 1 (no corrections) still load.
+STATE_VERSION = 2
+_LOADABLE_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -65,11 +77,23 @@ class PrioritizedSampler(Sampler[int]):
     * ``"greedy"``: the ``k`` largest ``p_i`` (Sec. 3.2), unit weights;
     * ``"uniform"``: ``P(i) = 1/N`` over valid slots.
 
+    With ``eps=0`` and ``α > 0`` a zero priority has ``P(i) = 0`` and is never drawn (the
+    proportional rejection sampling of Sec. 6); drawing while every valid slot has priority 0
+    raises ``ValueError``.
+
     Slots become valid through :meth:`add` (or ``size`` at construction) and enter at the current
     maximum raw priority of the memory (1 while it is empty).  Weights are
     ``w_i = (N · P(i))^-β`` normalised by ``weight_norm``: ``"memory"`` (the paper's
     ``max_j w_j`` over the memory), ``"batch"`` or ``"none"``.  ``beta`` may be a
     :class:`~prisample.LinearSchedule`, evaluated at the number of batches drawn so far.
+
+    A per-slot *correction factor* ``c_i >= 0`` (:meth:`set_corrections`, or ``add(...,
+    corrections=...)``; 1 unless set) multiplies the weight before normalisation:
+    ``w_i = c_i (N · P(i))^-β / max_j c_j (N · P(j))^-β`` under ``"memory"``, the maximum taken
+    over valid slots with ``P(j) > 0``.  With ``α = 0``, ``β = 1`` and ``c_i = ρ_i``, an
+    off-policy importance ratio, the weights are ``ρ_i / max_j ρ_j``: weighted importance
+    sampling in replay (Sec. 6).  Greedy draws get ``c_i`` normalised the same way (``β`` plays no
+    part there).  A slot with ``P(i) = 0`` gets weight 0.
 
     Iterated by a ``DataLoader`` it yields ``num_samples`` indices per epoch, drawing
     ``batch_size`` at a time, so priorities updated between batches take effect at the next one.
@@ -99,10 +123,10 @@ class PrioritizedSampler(Sampler[int]):
     ) -> None:
         self.capacity = check_positive_int(capacity, "capacity")
         self._alpha = check_real(alpha, "alpha", minimum=0.0)
-        self._eps = check_real(eps, "eps", minimum=0.0, strict=True)
+        self._eps = check_real(eps, "eps", minimum=0.0)
         with np.errstate(over="ignore", under="ignore"):
             smallest_mass = np.float64(self._eps) ** self._alpha
-        if not 0.0 < smallest_mass < np.inf:
+        if self._eps > 0.0 and not 0.0 < smallest_mass < np.inf:
             raise ValueError(f"eps**alpha should be a positive float, but got eps={eps!r}, alpha={alpha!r}")
         self.beta = beta
         if backend not in BACKENDS:
@@ -125,6 +149,12 @@ class PrioritizedSampler(Sampler[int]):
         self.epoch = 0
         self._raw = np.full(self.capacity, np.nan)  # raw priorities; NaN marks an empty slot
         self._backend: Backend = make_backend(backend, self._raw, self._alpha, self._eps)
+        # Correction factors exist only once set (NaN for empty slots, like ``_raw``), so that
+        # samplers that never use them pay nothing.
+        self._corrections: npt.NDArray[np.float64] | None = None
+        self._corrections_max: ArgMaxTree | None = None
+        self._writes = 0  # bumped by every change of the distribution or the corrections
+        self._memory_max_cache: tuple[int, float, float] | None = None
         if initial:
             self.add(np.arange(initial))
 
@@ -138,12 +168,17 @@ class PrioritizedSampler(Sampler[int]):
     def alpha(self, value: float) -> None:
         alpha = check_real(value, "alpha", minimum=0.0)
         largest = max(self._backend.max_priority(), 1.0) if self.size else 1.0
+        smallest = self._eps
+        if smallest == 0.0:  # zero priorities keep mass 0; the smallest positive one must not vanish
+            positive = self._raw[self._raw > 0.0]
+            smallest = float(positive.min()) if positive.shape[0] else 1.0
         with np.errstate(over="ignore", under="ignore"):
-            low, high = np.float64(self._eps) ** alpha, np.float64(largest + self._eps) ** alpha
+            low, high = np.float64(smallest) ** alpha, np.float64(largest + self._eps) ** alpha
         if not (low > 0.0 and high < np.inf):
             raise ValueError(f"alpha should keep (p + eps)^alpha a positive float, but got alpha={value!r}")
         self._alpha = alpha
         self._backend.set_alpha(alpha)
+        self._writes += 1
 
     @property
     def eps(self) -> float:
@@ -179,16 +214,69 @@ class PrioritizedSampler(Sampler[int]):
         return self._raw.copy()
 
     @property
+    def corrections(self) -> npt.NDArray[np.float64]:
+        """Copy of the per-slot correction factors ``c_i`` (1 unless set); NaN for empty slots."""
+        if self._corrections is not None:
+            return self._corrections.copy()
+        return np.where(np.isnan(self._raw), np.nan, 1.0)
+
+    @property
     def nbytes(self) -> int:
-        """Bytes held in the sampler's arrays (raw priorities and the backend's structure)."""
-        return _arrays_nbytes(self._raw, self._backend)
+        """Bytes held in the sampler's arrays (priorities, corrections, the backend's structure)."""
+        return _arrays_nbytes(self._raw, self._backend, self._corrections, self._corrections_max)
 
     # -- writes ---------------------------------------------------------------------------------
-    def add(self, indices: npt.ArrayLike) -> None:
-        """Mark slots as (re)written: they enter at :attr:`max_priority` (Algorithm 1, line 6)."""
+    def add(self, indices: npt.ArrayLike, *, corrections: npt.ArrayLike | None = None) -> None:
+        """Mark slots as (re)written: they enter at :attr:`max_priority` (Algorithm 1, line 6).
+
+        Their correction factors become ``corrections`` (one finite ``c >= 0`` per index, e.g.
+        the importance ratio ``ρ`` of the transition written there), or 1 when it is ``None``.
+        """
         idx = as_indices(indices)
         check_slots(self._raw, idx, need_filled=False)
+        factors = None if corrections is None else self._check_corrections(corrections, idx)
         self._backend.write(idx, np.full(idx.shape[0], self.max_priority))
+        self._writes += 1
+        if factors is not None:
+            self._write_corrections(idx, factors)
+        elif self._corrections_max is not None:
+            self._corrections_max.write(idx, np.ones(idx.shape[0]))
+
+    def set_corrections(self, indices: npt.ArrayLike, corrections: npt.ArrayLike) -> None:
+        """Set the correction factors ``c_i`` of filled slots; last duplicate wins.
+
+        ``c_i`` multiplies slot ``i``'s importance weight before normalisation, e.g. the
+        off-policy ratio ``ρ_i = π(a_i|s_i) / μ(a_i|s_i)`` (Schaul et al. 2016, Sec. 6).  It does
+        not change ``P(i)``.  Nothing changes unless every index is a filled slot and every factor
+        is finite and ``>= 0``.
+
+        >>> s = PrioritizedSampler(3, alpha=0.0, beta=1.0, seed=0)
+        >>> s.set_corrections([0, 1, 2], [0.5, 2.0, 1.0])
+        >>> s.weights([0, 1, 2]).tolist()               # ρ_i / max_j ρ_j
+        [0.25, 1.0, 0.5]
+        """
+        idx = as_indices(indices)
+        check_slots(self._raw, idx)
+        factors = self._check_corrections(corrections, idx)
+        self._write_corrections(idx, factors)
+
+    @staticmethod
+    def _check_corrections(corrections: npt.ArrayLike, idx: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        factors = as_priorities(corrections, idx.shape[0], name="corrections")
+        bad = np.flatnonzero(~((factors >= 0.0) & (factors < np.inf)))
+        if bad.shape[0]:
+            j = int(bad[0])
+            raise ValueError(
+                f"corrections should be finite and >= 0, but got corrections[{j}]={factors[j]!r}"
+            )
+        return factors
+
+    def _write_corrections(self, idx: npt.NDArray[np.int64], factors: npt.NDArray[np.float64]) -> None:
+        if self._corrections_max is None:
+            self._corrections = np.where(np.isnan(self._raw), np.nan, 1.0)
+            self._corrections_max = ArgMaxTree(self._corrections)
+        self._corrections_max.write(idx, factors)
+        self._writes += 1
 
     def update_priorities(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
         """Set raw priorities (``|δ|`` or a per-sample loss) of filled slots; last duplicate wins.
@@ -200,12 +288,16 @@ class PrioritizedSampler(Sampler[int]):
         values = as_priorities(priorities, idx.shape[0])
         check_slots(self._raw, idx, values)
         self._backend.write(idx, values)
+        self._writes += 1
 
     def remove(self, indices: npt.ArrayLike) -> None:
         """Empty slots: they are never drawn until added again."""
         idx = as_indices(indices)
         check_slots(self._raw, idx, need_filled=False)
         self._backend.write(idx, np.full(idx.shape[0], np.nan))
+        self._writes += 1
+        if self._corrections_max is not None:
+            self._corrections_max.write(idx, np.full(idx.shape[0], np.nan))
 
     # -- draws ----------------------------------------------------------------------------------
     def sample(self, k: int) -> Draw:
@@ -217,13 +309,16 @@ class PrioritizedSampler(Sampler[int]):
         if self._backend.count == 0:
             raise ValueError("cannot sample from an empty sampler (size=0): add slots first")
         slots, probabilities = self._backend.sample(k, self._rng)
-        weights = self._weights(probabilities)
+        weights = self._weights(slots, probabilities)
         self._step += 1
         return Draw(slots, weights, probabilities)
 
     def weights(self, indices: npt.ArrayLike) -> npt.NDArray[np.float32]:
-        """Importance weights of filled slots under the current distribution and ``β``."""
-        return self._weights(self.probabilities(indices))
+        """Importance weights of filled slots under the current distribution, ``β`` and
+        correction factors (0 for a slot of probability 0)."""
+        idx = as_indices(indices)
+        check_slots(self._raw, idx)
+        return self._weights(idx, self._backend.probabilities(idx))
 
     def probabilities(self, indices: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """Per-draw probabilities ``P(i)`` of filled slots."""
@@ -231,13 +326,68 @@ class PrioritizedSampler(Sampler[int]):
         check_slots(self._raw, idx)
         return self._backend.probabilities(idx)
 
-    def _weights(self, probabilities: npt.NDArray[np.float64]) -> npt.NDArray[np.float32]:
+    def _weights(
+        self, slots: npt.NDArray[np.int64], probabilities: npt.NDArray[np.float64]
+    ) -> npt.NDArray[np.float32]:
+        if self._corrections is not None:
+            return self._corrected_weights(slots, probabilities)
         if self.backend_name == "greedy":
             return np.ones(probabilities.shape[0], dtype=np.float32)
         min_probability = self._backend.min_probability() if self.weight_norm == "memory" else 1.0
         return weights_unchecked(
             probabilities, self._backend.count, self.beta, self.weight_norm, min_probability
         )
+
+    def _corrected_weights(
+        self, slots: npt.NDArray[np.int64], probabilities: npt.NDArray[np.float64]
+    ) -> npt.NDArray[np.float32]:
+        assert self._corrections is not None
+        factors = self._corrections[slots]
+        n, norm = self._backend.count, self.weight_norm
+        if self.backend_name == "greedy":  # no importance sampling: the factors alone
+            ones = np.ones(slots.shape[0])
+            top = self._max_correction() if norm == "memory" else 1.0
+            return corrected_weights_unchecked(ones, factors, n, 0.0, norm, 1.0, top)
+        beta = self.beta
+        min_probability, memory_max = 1.0, 1.0
+        if norm == "memory":
+            min_probability = self._backend.min_probability()
+            memory_max = self._memory_max(beta, min_probability)
+        return corrected_weights_unchecked(
+            probabilities, factors, n, beta, norm, min_probability, memory_max
+        )
+
+    def _max_correction(self) -> float:
+        assert self._corrections is not None and self._corrections_max is not None
+        slot = self._corrections_max.argmax()
+        return float(self._corrections[slot]) if slot >= 0 else 0.0
+
+    def _memory_max(self, beta: float, min_probability: float) -> float:
+        """``max_j c_j (P_min / P(j))^β`` over valid slots with ``P(j) > 0``.
+
+        ``O(1)`` through the arg-max index of the corrections when every valid slot has the same
+        probability (uniform backend, ``α = 0``) or ``β = 0``, and every valid slot can be drawn;
+        otherwise one ``O(N)`` pass, cached until the next write or ``β`` change.
+        """
+        zero_mass = (
+            isinstance(self._backend, ProportionalBackend)
+            and self._eps == 0.0
+            and self._alpha > 0.0
+            and self._backend.tree.min_raw() == 0.0
+        )
+        flat = self.backend_name == "uniform" or self._alpha == 0.0 or beta == 0.0
+        if flat and not zero_mass:
+            return self._max_correction()
+        cached = self._memory_max_cache
+        if cached is not None and cached[0] == self._writes and cached[1] == beta:
+            return cached[2]
+        assert self._corrections is not None
+        valid = np.flatnonzero(~np.isnan(self._raw))
+        value = corrected_memory_max(
+            self._backend.probabilities(valid), self._corrections[valid], beta, min_probability
+        )
+        self._memory_max_cache = (self._writes, beta, value)
+        return value
 
     # -- torch Sampler protocol -----------------------------------------------------------------
     def __iter__(self) -> Iterator[int]:
@@ -273,6 +423,7 @@ class PrioritizedSampler(Sampler[int]):
             "step": self._step,
             "epoch": self.epoch,
             "priorities": self._raw.copy(),
+            "corrections": None if self._corrections is None else self._corrections.copy(),
             "backend_state": self._backend.state_dict(),
             "rng": self._rng.bit_generator.state,
         }
@@ -280,8 +431,10 @@ class PrioritizedSampler(Sampler[int]):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output; the sampler then draws exactly as the saved one."""
         version = state.get("version")
-        if version != STATE_VERSION:
-            raise ValueError(f"state_dict version should be {STATE_VERSION}, but got version={version!r}")
+        if version not in _LOADABLE_VERSIONS or isinstance(version, bool):
+            raise ValueError(
+                f"state_dict version should be one of {_LOADABLE_VERSIONS}, but got version={version!r}"
+            )
         for key in ("capacity", "backend"):
             mine = self.capacity if key == "capacity" else self.backend_name
             if state.get(key) != mine:
@@ -300,8 +453,21 @@ class PrioritizedSampler(Sampler[int]):
             scalars = (state["weight_norm"], int(state["batch_size"]), state["num_samples"])
             step, epoch = int(state["step"]), int(state["epoch"])
             backend_state = state["backend_state"]
+            corrections = state["corrections"] if version >= 2 else None
         except KeyError as missing:
             raise ValueError(f"state_dict is missing the key {missing}") from None
+        if corrections is not None:
+            corrections = np.array(corrections, dtype=np.float64)
+            empty = np.isnan(raw)
+            if (
+                corrections.shape != raw.shape
+                or not np.array_equal(np.isnan(corrections), empty)
+                or not np.all((corrections[~empty] >= 0.0) & (corrections[~empty] < np.inf))
+            ):
+                raise ValueError(
+                    "state_dict corrections should be finite and >= 0 on filled slots and NaN on "
+                    f"empty ones, with shape {raw.shape}"
+                )
         self._raw[:] = raw
         self.beta = beta
         self._alpha, self._eps = alpha, eps
@@ -310,3 +476,6 @@ class PrioritizedSampler(Sampler[int]):
         self._backend = make_backend(self.backend_name, self._raw, self._alpha, self._eps)
         self._backend.load_state_dict(backend_state)
         self._rng = rng
+        self._corrections = corrections
+        self._corrections_max = None if corrections is None else ArgMaxTree(corrections)
+        self._writes += 1

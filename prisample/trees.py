@@ -118,14 +118,17 @@ def _tree_write(
     """``raw[slots] = values`` in order, then refresh ancestors.  Returns ``(code, Δcount)``.
 
     A value is a priority ``>= 0`` or NaN (empty the slot).  If any priority's mass is not a
-    finite positive float, nothing is written and ``BAD_MASS`` is returned.
+    finite positive float, nothing is written and ``BAD_MASS`` is returned; the one exception is
+    ``p + ε = 0`` (``ε = 0``), whose mass 0 is exact: such a slot is never drawn.
     """
     k = slots.shape[0]
     new_masses = np.empty(k, dtype=np.float64)
     for j in range(k):
         v = values[j]
         new_masses[j] = 0.0 if math.isnan(v) else (v + eps) ** alpha
-        if not math.isnan(v) and not (new_masses[j] > 0.0 and new_masses[j] < math.inf):
+        if not math.isnan(v) and not (
+            (new_masses[j] > 0.0 or v + eps == 0.0) and new_masses[j] < math.inf
+        ):
             return BAD_MASS, 0
     depth = offsets.shape[0] - 1
     for j in range(k):  # every line the walks will touch is known now: ask for all of them

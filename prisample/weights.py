@@ -65,14 +65,51 @@ def importance_weights(
 
 @numba.njit(cache=True)
 def _weights(p: np.ndarray, n: int, beta: float, mode: int, min_probability: float, out: np.ndarray) -> None:
-    if mode == 1 and p.shape[0]:
-        min_probability = p.min()
+    if mode == 1:
+        min_probability = math.inf
+        for j in range(p.shape[0]):
+            if p[j] > 0.0:
+                min_probability = min(min_probability, p[j])
     for j in range(p.shape[0]):
-        if mode == 2:
+        if not p[j] > 0.0:
+            out[j] = 0.0  # never drawn (a zero mass with eps=0): no finite weight to give
+        elif mode == 2:
             out[j] = (n * p[j]) ** -beta
         else:
             # min(...) guards against rounding: every valid slot has P(i) >= P_min.
             out[j] = min(min_probability / p[j], 1.0) ** beta
+
+
+@numba.njit(cache=True)
+def _corrected_weights(
+    p: np.ndarray,
+    c: np.ndarray,
+    n: int,
+    beta: float,
+    mode: int,
+    min_probability: float,
+    memory_max: float,
+    out: np.ndarray,
+) -> None:
+    scale = memory_max
+    if mode == 1:
+        min_probability = math.inf
+        for j in range(p.shape[0]):
+            if p[j] > 0.0:
+                min_probability = min(min_probability, p[j])
+        scale = 0.0
+        for j in range(p.shape[0]):
+            if p[j] > 0.0:
+                scale = max(scale, c[j] * min(min_probability / p[j], 1.0) ** beta)
+    for j in range(p.shape[0]):
+        if not p[j] > 0.0:
+            out[j] = 0.0
+        elif mode == 2:
+            out[j] = c[j] * (n * p[j]) ** -beta
+        elif scale > 0.0:
+            out[j] = min(c[j] * min(min_probability / p[j], 1.0) ** beta / scale, 1.0)
+        else:
+            out[j] = 0.0  # every correction in the memory (or batch) is 0
 
 
 _MODES = {"memory": 0, "batch": 1, "none": 2}
@@ -81,9 +118,51 @@ _MODES = {"memory": 0, "batch": 1, "none": 2}
 def weights_unchecked(
     p: npt.NDArray[np.float64], n: int, beta: float, normalize: str, min_probability: float
 ) -> npt.NDArray[np.float32]:
-    """:func:`importance_weights` without validation, for callers that validated already."""
+    """:func:`importance_weights` without validation, for callers that validated already.
+
+    A probability of 0 (a slot that is never drawn) gets weight 0.
+    """
     out = np.empty(p.shape[0], dtype=np.float32)
     _weights(p, n, beta, _MODES[normalize], min_probability, out)
+    return out
+
+
+@numba.njit(cache=True)
+def _memory_max(p: np.ndarray, c: np.ndarray, beta: float, min_probability: float) -> float:
+    best = 0.0
+    for j in range(p.shape[0]):
+        if p[j] > 0.0:
+            best = max(best, c[j] * min(min_probability / p[j], 1.0) ** beta)
+    return best
+
+
+def corrected_memory_max(
+    p: npt.NDArray[np.float64], c: npt.NDArray[np.float64], beta: float, min_probability: float
+) -> float:
+    """``max_j c_j (P_min / P(j))^β`` over slots with ``P(j) > 0``: ``max_j c_j (N·P(j))^-β``
+    divided by ``(N·P_min)^-β``, so every factor stays in ``[0, max c]`` (no overflow)."""
+    return float(_memory_max(p, c, beta, min_probability))
+
+
+def corrected_weights_unchecked(
+    p: npt.NDArray[np.float64],
+    c: npt.NDArray[np.float64],
+    n: int,
+    beta: float,
+    normalize: str,
+    min_probability: float,
+    memory_max: float,
+) -> npt.NDArray[np.float32]:
+    """``w_i = c_i (N·P(i))^-β`` with a per-slot correction ``c_i >= 0``, normalised as chosen.
+
+    ``"memory"`` divides by ``max_j c_j (N·P(j))^-β`` over the memory, passed as
+    ``memory_max`` = :func:`corrected_memory_max` of the whole memory; ``"batch"`` by the batch's
+    largest; ``"none"`` leaves it raw.  With ``α = 0``, ``β = 1`` and ``c = ρ`` the memory-normalised
+    weight is ``ρ_i / max_j ρ_j`` (weighted importance sampling in replay, Sec. 6).
+    A probability of 0 gets weight 0; if every correction is 0 all weights are 0.
+    """
+    out = np.empty(p.shape[0], dtype=np.float32)
+    _corrected_weights(p, c, n, beta, _MODES[normalize], min_probability, memory_max, out)
     return out
 
 

@@ -5,8 +5,10 @@ the paper's formulas (Schaul et al. 2016): proportional ``P(i) = (p_i + ε)^α /
 (Eq. 1), rank-based ``P(i) = rank(i)^-α / Σ_{r<=N} r^-α`` (rank by priority descending, ties to the
 lower slot), greedy (the ``m`` slots tied at the maximum share probability 1), uniform ``1/N``;
 new slots enter at the maximum raw priority of the *current* memory (1 when empty); importance
-weights ``w_i = (N · P(i))^-β`` normalised over the memory, the batch or not at all (Sec. 3.4).
-Nothing here shares code with ``prisample``.
+weights ``w_i = c_i (N · P(i))^-β`` — ``c_i`` the slot's correction factor, 1 unless set (e.g. an
+off-policy ratio ρ, Sec. 6) — normalised over the memory, the batch or not at all (Sec. 3.4); a slot
+of probability 0 (priority 0 with ``ε = 0``) is never drawn and weighs 0.  Nothing here shares code
+with ``prisample``.
 """
 
 from __future__ import annotations
@@ -32,18 +34,34 @@ def power_law(n: int, alpha: float) -> np.ndarray:
 
 
 def weight_formula(
-    probabilities: Sequence[float], n: int, beta: float, normalize: str, min_probability: float
+    probabilities: Sequence[float],
+    n: int,
+    beta: float,
+    normalize: str,
+    min_probability: float,
+    corrections: Sequence[float] | None = None,
+    memory_max: float | None = None,
 ) -> np.ndarray:
-    """Hand-written ``(N·P)^-β`` with the chosen normalisation, in float64."""
+    """Hand-written ``c_i (N·P)^-β`` with the chosen normalisation, in float64.
+
+    ``memory_max`` is ``max_j c_j (N·P_j)^-β`` over the memory (needed with corrections under
+    ``"memory"``; without corrections it is ``(N·P_min)^-β``).  ``P = 0`` weighs 0.
+    """
     p = np.asarray(probabilities, dtype=np.float64)
-    raw = (n * p) ** -beta
+    c = np.ones_like(p) if corrections is None else np.asarray(corrections, dtype=np.float64)
+    drawable = p > 0.0
+    raw = np.zeros_like(p)
+    with np.errstate(over="ignore"):
+        raw[drawable] = c[drawable] * (n * p[drawable]) ** -beta
     if normalize == "none":
         return raw
     if normalize == "memory":
-        return raw / (n * min_probability) ** -beta
-    if normalize == "batch":
-        return raw / raw.max()
-    raise AssertionError(normalize)
+        top = (n * min_probability) ** -beta if memory_max is None else memory_max
+    elif normalize == "batch":
+        top = raw.max() if raw.shape[0] else 1.0
+    else:
+        raise AssertionError(normalize)
+    return raw / top if top > 0.0 else np.zeros_like(p)
 
 
 class ReferenceSampler:
@@ -67,6 +85,7 @@ class ReferenceSampler:
         self.backend = backend
         self.weight_norm = weight_norm
         self.raw: dict[int, float] = {}
+        self.corrections: dict[int, float] = {}
         self.step = 0
         self.add(range(capacity if size is None else size))
 
@@ -99,10 +118,38 @@ class ReferenceSampler:
         return float(self.beta_schedule)
 
     # -- writes -----------------------------------------------------------------------------------
-    def add(self, slots: Iterable[int]) -> None:
+    @property
+    def correction_array(self) -> np.ndarray:
+        out = np.full(self.capacity, np.nan)
+        for slot in self.raw:
+            out[slot] = self.corrections.get(slot, 1.0)
+        return out
+
+    def add(self, slots: Iterable[int], corrections: Iterable[float] | None = None) -> None:
+        slots = [int(s) for s in slots]
+        factors = [1.0] * len(slots) if corrections is None else [float(c) for c in corrections]
+        if any(not (math.isfinite(c) and c >= 0.0) for c in factors):
+            raise ValueError("corrections should be finite and >= 0")
         priority = self.max_priority
-        for slot in slots:
-            self.raw[int(slot)] = priority
+        for slot, factor in zip(slots, factors, strict=True):
+            self.raw[slot] = priority
+            self.corrections[slot] = factor
+
+    def set_corrections(self, slots: Iterable[int], values: Iterable[float]) -> None:
+        pairs = [(int(s), float(v)) for s, v in zip(slots, values, strict=True)]
+        if any(s not in self.raw for s, _ in pairs):
+            raise ValueError("indices should be valid slots")
+        if any(not (math.isfinite(v) and v >= 0.0) for _, v in pairs):
+            raise ValueError("corrections should be finite and >= 0")
+        for slot, value in pairs:
+            self.corrections[slot] = value
+
+    def mass_ok(self, value: float, alpha: float | None = None) -> bool:
+        """Whether ``(p + ε)^α`` is a float the sampler accepts: finite, and positive unless
+        ``p + ε = 0`` (a zero priority with ``ε = 0``, mass 0 on purpose)."""
+        alpha = self.alpha if alpha is None else alpha
+        mass = (value + self.eps) ** alpha
+        return math.isfinite(mass) and (mass > 0.0 or value + self.eps == 0.0)
 
     def update_priorities(self, slots: Iterable[int], values: Iterable[float]) -> None:
         pairs = [(int(s), float(v)) for s, v in zip(slots, values, strict=True)]
@@ -110,12 +157,15 @@ class ReferenceSampler:
             raise ValueError("indices should be valid slots")
         if any(not (math.isfinite(v) and v >= 0.0) for _, v in pairs):
             raise ValueError("priorities should be finite and >= 0")
+        if self.backend == "proportional" and not all(self.mass_ok(v) for _, v in pairs):
+            raise ValueError("priorities should give a finite positive (p + eps)^alpha")
         for slot, value in pairs:
             self.raw[slot] = value
 
     def remove(self, slots: Iterable[int]) -> None:
         for slot in slots:
             self.raw.pop(int(slot), None)
+            self.corrections.pop(int(slot), None)
 
     # -- distribution -----------------------------------------------------------------------------
     def rank_order(self) -> list[int]:
@@ -130,6 +180,8 @@ class ReferenceSampler:
         if self.backend == "proportional":
             mass = {slot: (p + self.eps) ** self.alpha for slot, p in self.raw.items()}
             total = math.fsum(mass.values())
+            if total == 0.0:  # every priority 0 with ε = 0: nothing can be drawn
+                return dict.fromkeys(mass, 0.0)
             return {slot: m / total for slot, m in mass.items()}
         if self.backend == "rank":
             law = power_law(n, self.alpha)
@@ -146,16 +198,34 @@ class ReferenceSampler:
         dist = self.distribution()
         return np.array([dist[int(s)] for s in slots], dtype=np.float64)
 
-    def min_probability(self) -> float:
-        return min(self.distribution().values())
+    def drawable(self) -> bool:
+        """Whether a draw is possible: some valid slot has ``P(i) > 0``."""
+        return any(p > 0.0 for p in self.distribution().values())
 
-    def weights(self, slots: Iterable[int]) -> np.ndarray:
-        """IS weights of ``slots`` at the current ``β`` (unit weights for greedy)."""
-        slots = list(slots)
+    def min_probability(self) -> float:
+        """Smallest positive ``P(i)`` (slots of probability 0 are never drawn)."""
+        positive = [p for p in self.distribution().values() if p > 0.0]
+        return min(positive) if positive else 0.0
+
+    def weights(self, slots: Iterable[int], distribution: dict[int, float] | None = None) -> np.ndarray:
+        """IS weights ``c_i (N·P(i))^-β`` of ``slots`` at the current ``β``, normalised; for greedy
+        ``c_i`` alone, normalised the same way.  ``distribution`` overrides the exact ``P`` (the
+        rank backend's piecewise power law)."""
+        slots = [int(s) for s in slots]
+        c = [self.corrections.get(s, 1.0) for s in slots]
+        every = self.valid
+        c_every = np.array([self.corrections.get(s, 1.0) for s in every])
         if self.backend == "greedy":
-            return np.ones(len(slots))
-        p = self.probabilities(slots)
-        return weight_formula(p, self.size, self.beta, self.weight_norm, self.min_probability())
+            top = float(c_every.max()) if self.weight_norm == "memory" else None
+            return weight_formula(np.ones(len(slots)), self.size, 0.0, self.weight_norm, 1.0, c, top)
+        dist = self.distribution() if distribution is None else distribution
+        p = np.array([dist[s] for s in slots])
+        p_every = np.array([dist[s] for s in every])
+        p_min = float(p_every[p_every > 0].min()) if np.any(p_every > 0) else 0.0
+        top = None
+        if self.weight_norm == "memory":
+            top = float(weight_formula(p_every, self.size, self.beta, "none", p_min, c_every).max())
+        return weight_formula(p, self.size, self.beta, self.weight_norm, p_min, c, top)
 
     def greedy_top(self, k: int) -> list[int]:
         return self.rank_order()[:k]

@@ -3,8 +3,10 @@
 A hypothesis ``RuleBasedStateMachine`` drives add / update / remove / sample / α and β changes /
 rejected calls / ``state_dict`` round trips on a :class:`~prisample.PrioritizedSampler` and on
 :class:`tests.reference.ReferenceSampler`, and after every step compares size, ``max_priority``,
-raw priorities, ``P(i)`` of every valid slot and the importance weights under the configured
-normalisation.  Draws must return valid slots with the weights of the formula; proportional and
+raw priorities, correction factors, ``P(i)`` of every valid slot and the importance weights
+``c_i (N·P(i))^-β`` under the configured normalisation.  ``ε = 0`` is among the settings, so zero
+priorities of probability 0 (never drawn, weight 0) and memories that cannot be drawn from occur.
+Draws must return valid slots with the weights of the formula; proportional and
 rank draws must be stratified (draw ``j`` lies in the ``j``-th equal-mass range).
 """
 
@@ -26,7 +28,6 @@ from tests.reference import (
     clone,
     exactly_sorted,
     power_law,
-    weight_formula,
 )
 
 CAPACITIES = st.sampled_from([1, 2, 3, 5, 6, 8, 13])
@@ -42,6 +43,7 @@ PRIORITIES = st.one_of(
     st.floats(0.0, 1e6),
 )
 CONTAINERS = st.sampled_from(["list", "numpy64", "numpy32", "torch32", "torch64"])
+CORRECTIONS = st.one_of(st.sampled_from([0.0, 0.5, 1.0, 4.0]), st.floats(0.0, 20.0))
 
 
 def as_container(values: list[float], kind: str) -> object:
@@ -74,7 +76,7 @@ class SamplerMachine(RuleBasedStateMachine):
         capacity=CAPACITIES,
         alpha=ALPHAS,
         beta=BETAS,
-        eps=st.sampled_from([1e-6, 0.01, 0.5]),
+        eps=st.sampled_from([1e-6, 0.01, 0.5, 0.0]),
         norm=st.sampled_from(NORMS),
         start=st.sampled_from(["full", "empty", "part"]),
         seed=st.integers(0, 2**32 - 1),
@@ -91,8 +93,22 @@ class SamplerMachine(RuleBasedStateMachine):
         slots = data.draw(st.lists(st.integers(0, self.model.capacity - 1), min_size=1, max_size=4))
         kind = data.draw(st.sampled_from(["list", "numpy", "torch"]))
         container = {"list": slots, "numpy": np.asarray(slots, np.int32), "torch": torch.tensor(slots)}[kind]
-        self.sampler.add(container)
-        self.model.add(slots)
+        if data.draw(st.booleans()):
+            self.sampler.add(container)
+            self.model.add(slots)
+        else:
+            factors = data.draw(st.lists(CORRECTIONS, min_size=len(slots), max_size=len(slots)))
+            self.sampler.add(container, corrections=np.asarray(factors))
+            self.model.add(slots, factors)
+
+    @precondition(lambda self: self.model.size > 0)
+    @rule(data=st.data(), kind=CONTAINERS)
+    def set_corrections(self, data, kind):
+        slots = data.draw(st.lists(st.sampled_from(self.model.valid), min_size=1, max_size=6))
+        values = data.draw(st.lists(CORRECTIONS, min_size=len(slots), max_size=len(slots)))
+        container = as_container(values, kind)
+        self.sampler.set_corrections(np.asarray(slots), container)
+        self.model.set_corrections(slots, as_float64(container))
 
     @precondition(lambda self: self.model.size > 0)
     @rule(data=st.data(), kind=CONTAINERS)
@@ -100,6 +116,10 @@ class SamplerMachine(RuleBasedStateMachine):
         slots = data.draw(st.lists(st.sampled_from(self.model.valid), min_size=1, max_size=6))
         values = data.draw(st.lists(PRIORITIES, min_size=len(slots), max_size=len(slots)))
         container = as_container(values, kind)
+        if self.backend == "proportional" and not all(self.model.mass_ok(v) for v in as_float64(container)):
+            with pytest.raises(ValueError):  # a positive priority whose mass underflows with ε = 0
+                self.sampler.update_priorities(np.asarray(slots), container)
+            return
         self.sampler.update_priorities(np.asarray(slots), container)
         self.model.update_priorities(slots, as_float64(container))
 
@@ -111,6 +131,10 @@ class SamplerMachine(RuleBasedStateMachine):
 
     @rule(alpha=ALPHAS)
     def set_alpha(self, alpha):
+        if not all(self.model.mass_ok(p, alpha) for p in self.model.raw.values()):
+            with pytest.raises(ValueError):  # the smallest positive priority would vanish (ε = 0)
+                self.sampler.alpha = alpha
+            return
         self.sampler.alpha = alpha
         self.model.alpha = alpha
         assert self.sampler.alpha == alpha
@@ -120,20 +144,22 @@ class SamplerMachine(RuleBasedStateMachine):
         self.sampler.beta = beta
         self.model.beta_schedule = beta
 
-    @precondition(lambda self: self.model.size > 0)
+    @precondition(lambda self: self.model.drawable())
     @rule(data=st.data())
     def sample(self, data):
         k = data.draw(st.integers(1, 2 * self.model.capacity + 1))
         s, model = self.sampler, self.model
         assert s.beta == pytest.approx(model.beta, abs=1e-12)
         draw = s.sample(k)
+        expected = self.expected_weights(draw.indices)
         assert draw.indices.shape == draw.weights.shape == draw.probabilities.shape == (k,)
         assert draw.indices.dtype == np.int64 and draw.weights.dtype == np.float32
         assert set(draw.indices.tolist()) <= set(model.valid), "an invalid slot was drawn"
+        if self.backend != "greedy":  # greedy cycles through its ranking when k exceeds the ties
+            assert np.all(draw.probabilities > 0.0), "a slot of probability 0 was drawn"
         np.testing.assert_allclose(draw.probabilities, s.probabilities(draw.indices), rtol=1e-12)
         if self.backend != "rank":
             np.testing.assert_allclose(draw.probabilities, model.probabilities(draw.indices), rtol=1e-9)
-        expected = self.expected_weights(draw.probabilities)
         np.testing.assert_allclose(draw.weights, expected, rtol=2e-6, atol=1e-30)
         if self.backend == "greedy":
             top = model.greedy_top(k)
@@ -144,7 +170,7 @@ class SamplerMachine(RuleBasedStateMachine):
             self.check_stratified_groups(draw.indices, model.valid, s.probabilities(model.valid))
         model.step += 1
 
-    @precondition(lambda self: self.model.size > 0)
+    @precondition(lambda self: self.model.drawable())
     @rule(k=st.integers(1, 6))
     def state_dict_round_trip(self, k):
         """A fresh sampler loaded from ``state_dict`` draws exactly like the original."""
@@ -164,7 +190,7 @@ class SamplerMachine(RuleBasedStateMachine):
         invalid = [i for i in range(capacity) if i not in model.raw]
         kinds = ["out_of_range", "float_indices", "bad_alpha", "bad_beta"]
         if model.size:
-            kinds += ["nan", "negative", "inf", "length"]
+            kinds += ["nan", "negative", "inf", "length", "bad_correction", "add_bad_correction"]
         if invalid:
             kinds.append("never_added")
         kind = data.draw(st.sampled_from(kinds))
@@ -177,6 +203,11 @@ class SamplerMachine(RuleBasedStateMachine):
             call = lambda: s.update_priorities(valid, [2.0] * (len(valid) - 1) + [-1e-9])  # noqa: E731
         elif kind == "inf":
             call = lambda: s.update_priorities(valid[:1], [np.inf])  # noqa: E731
+        elif kind == "bad_correction":
+            bad_value = data.draw(st.sampled_from([-0.5, np.nan, np.inf]))
+            call = lambda: s.set_corrections(valid, [1.0] * (len(valid) - 1) + [bad_value])  # noqa: E731
+        elif kind == "add_bad_correction":
+            call = lambda: s.add(valid, corrections=[2.0] * (len(valid) - 1) + [-1.0])  # noqa: E731
         elif kind == "length":
             call = lambda: s.update_priorities(valid, [1.0] * (len(valid) + 1))  # noqa: E731
         elif kind == "never_added":
@@ -214,7 +245,8 @@ class SamplerMachine(RuleBasedStateMachine):
         assert len(s) == model.size
         assert s.max_priority == model.max_priority
         np.testing.assert_array_equal(s.priorities, model.priorities)
-        if model.size == 0:
+        np.testing.assert_array_equal(s.corrections, model.correction_array)
+        if not model.drawable():
             with pytest.raises(ValueError):
                 s.sample(1)
 
@@ -226,42 +258,31 @@ class SamplerMachine(RuleBasedStateMachine):
         valid = model.valid
         p = s.probabilities(valid)
         assert p.dtype == np.float64
-        assert np.sum(p) == pytest.approx(1.0, rel=1e-9)
+        assert np.sum(p) == pytest.approx(1.0 if model.drawable() else 0.0, rel=1e-9)
         if self.backend == "rank":
             self.check_rank(p)
-            p_min = float(p.min())
         else:
             np.testing.assert_allclose(p, model.probabilities(valid), rtol=1e-9, atol=1e-300)
-            p_min = model.min_probability()
         for subset in (valid, valid[::2], valid[-1:]):
             weights = s.weights(subset)
             assert weights.dtype == np.float32
-            if self.backend == "greedy":
-                np.testing.assert_array_equal(weights, 1.0)
-                continue
-            expected = weight_formula(
-                s.probabilities(subset) if self.backend == "rank" else model.probabilities(subset),
-                model.size,
-                model.beta,
-                model.weight_norm,
-                p_min,
-            )
-            np.testing.assert_allclose(weights, expected, rtol=2e-6, atol=1e-30)
-        if model.weight_norm == "memory":
-            memory = s.weights(valid)
-            assert np.all(np.isfinite(memory))
+            np.testing.assert_allclose(weights, self.expected_weights(subset), rtol=2e-6, atol=1e-30)
+        memory = s.weights(valid)
+        assert np.all(np.isfinite(memory))
+        corrected = np.array([model.corrections.get(slot, 1.0) for slot in valid])
+        if model.weight_norm == "memory" and np.any((corrected > 0) & (p > 0)):
             assert memory.max() == pytest.approx(1.0, rel=1e-6)
 
     # -- helpers ----------------------------------------------------------------------------------
-    def expected_weights(self, probabilities: np.ndarray) -> np.ndarray:
+    def expected_weights(self, slots) -> np.ndarray:
+        """The model's weights of ``slots``; for rank under the sampler's live ranks (its
+        piecewise power law: the order may differ from the model's among ties)."""
         model = self.model
-        if self.backend == "greedy":
-            return np.ones(probabilities.shape[0])
+        distribution = None
         if self.backend == "rank":
-            p_min = float(self.sampler.probabilities(model.valid).min())
-        else:
-            p_min = model.min_probability()
-        return weight_formula(probabilities, model.size, model.beta, model.weight_norm, p_min)
+            valid = model.valid
+            distribution = dict(zip(valid, self.sampler.probabilities(valid).tolist(), strict=True))
+        return model.weights(np.asarray(slots).tolist(), distribution)
 
     @staticmethod
     def check_stratified(drawn: np.ndarray, order: list[int], probabilities: np.ndarray) -> None:
