@@ -1,0 +1,665 @@
+"""Prioritized supervised learning on class-imbalanced MNIST (Schaul et al. 2016, Sec. 6, App. B.3).
+
+The training set keeps 1% of the examples of each of the classes 0-4 (drawn with a fixed seed) and
+all examples of 5-9; the test set is untouched and a balanced validation split is held out of the
+examples the training set does not use.  A LeNet-5-like network is trained by SGD without momentum
+on minibatches of 60 under three arms:
+
+* ``uniform``: uniform minibatches (uninformed);
+* ``informed``: uniform minibatches, the loss of classes 0-4 weighted ×100;
+* ``prioritized``: each example drawn with ``P(i) = p_i^α / Σ_k p_k^α``, ``p_i`` its last-seen loss,
+  α = 1, β = 0 (uninformed).
+
+One run, through LightningCLI (the arms are config files; every option can be overridden)::
+
+    python -m recipes.imbalanced_mnist fit --config recipes/configs/imbalanced_mnist/prioritized.yaml
+    python -m recipes.imbalanced_mnist fit --config recipes/configs/imbalanced_mnist/prioritized.yaml \\
+        --data.alpha 0.6 --data.beta 0.4 --data.beta_end 1.0 --data.backend rank
+
+The comparison (three arms × seeds; Fig. 5's curves, a table and the raw numbers under
+``docs/results/``)::
+
+    python -m recipes.imbalanced_mnist compare --seeds 3 --max_steps 1500
+
+Data: MNIST from ``--data.root`` (IDX files, as torchvision stores them), downloaded when the network
+allows.  Where it cannot be downloaded, Fashion-MNIST from Debian's ``dataset-fashion-mnist`` package
+(``/usr/share/datasets/fashion-mnist``), a drop-in 28×28 ten-class set, is used instead; every output
+names the dataset used.  ``python -m recipes.imbalanced_mnist prepare`` fetches the data and exits
+non-zero when neither is available.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import platform
+import socket
+import struct
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning.pytorch as pl
+import numpy as np
+import numpy.typing as npt
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.cli import LightningCLI
+from torch import nn
+from torch.nn import functional
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler, TensorDataset
+
+from prisample import IndexedDataset, PrioritizedSampler
+from prisample.distributed import DistributedPrioritizedSampler
+from prisample.lightning import PrioritizedSamplingCallback, batch_weights
+
+Dataset = Literal["auto", "mnist", "fashion-mnist"]
+Arm = Literal["uniform", "informed", "prioritized"]
+ARMS: tuple[Arm, ...] = ("uniform", "informed", "prioritized")
+CONFIG_DIR = Path(__file__).parent / "configs" / "imbalanced_mnist"
+FASHION_MNIST_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
+DATASET_NAMES = {"mnist": "MNIST", "fashion-mnist": "Fashion-MNIST"}
+IDX_FILES = {
+    "train_images": "train-images-idx3-ubyte",
+    "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte",
+    "test_labels": "t10k-labels-idx1-ubyte",
+}
+_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
+               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}  # fmt: skip
+
+
+# -- data ---------------------------------------------------------------------------------------
+
+
+def read_idx(path: str | Path) -> npt.NDArray[Any]:
+    """An IDX file (LeCun et al.'s MNIST format), plain or gzip-compressed, as a numpy array."""
+    path = Path(path)
+    with gzip.open(path) if path.suffix == ".gz" else path.open("rb") as handle:
+        data = handle.read()
+    zero, code, ndim = struct.unpack(">HBB", data[:4])
+    if zero != 0 or code not in _IDX_DTYPES:
+        raise ValueError(f"{path} is not an IDX file (magic bytes {data[:4]!r})")
+    shape = struct.unpack(f">{ndim}I", data[4 : 4 + 4 * ndim])
+    array = np.frombuffer(data, dtype=_IDX_DTYPES[code], offset=4 + 4 * ndim)
+    if array.size != math.prod(shape):
+        raise ValueError(f"{path} holds {array.size} values for the shape {shape}")
+    return array.reshape(shape).astype(array.dtype.newbyteorder("="))
+
+
+def write_idx(path: str | Path, array: npt.NDArray[np.uint8]) -> None:
+    """Write a uint8 array as an IDX file (gzip-compressed when ``path`` ends in ``.gz``)."""
+    path = Path(path)
+    header = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    payload = header + np.ascontiguousarray(array, dtype=np.uint8).tobytes()
+    with gzip.open(path, "wb") if path.suffix == ".gz" else path.open("wb") as handle:
+        handle.write(payload)
+
+
+def _idx_dir(candidates: Sequence[Path]) -> Path | None:
+    """The first directory holding all four IDX files (plain or ``.gz``)."""
+    for directory in candidates:
+        if all(
+            (directory / name).exists() or (directory / f"{name}.gz").exists() for name in IDX_FILES.values()
+        ):
+            return directory
+    return None
+
+
+def _mnist_dirs(root: Path) -> list[Path]:
+    return [root / "MNIST" / "raw", root / "mnist", root]
+
+
+def _fashion_dirs(root: Path) -> list[Path]:
+    return [root / "FashionMNIST" / "raw", root / "fashion-mnist", FASHION_MNIST_SYSTEM_DIR]
+
+
+def download_mnist(root: str | Path, timeout: float = 20.0) -> Path | None:
+    """Download MNIST with torchvision into ``root/MNIST/raw``; ``None`` when the network refuses."""
+    from torchvision.datasets import MNIST
+
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(timeout)
+    try:
+        for train in (True, False):
+            MNIST(str(root), train=train, download=True)
+    except Exception as error:  # no network, a proxy, a mirror down: all mean "not available"
+        print(f"MNIST could not be downloaded ({type(error).__name__}: {error})", file=sys.stderr)
+        return None
+    finally:
+        socket.setdefaulttimeout(previous)
+    return _idx_dir(_mnist_dirs(Path(root)))
+
+
+def locate_dataset(root: str | Path, dataset: Dataset = "auto", download: bool = True) -> tuple[str, Path]:
+    """``(name, directory)`` of the IDX files to use.
+
+    ``"auto"``: MNIST under ``root``, else MNIST downloaded into ``root``, else Fashion-MNIST (under
+    ``root`` or Debian's ``/usr/share/datasets/fashion-mnist``).
+    """
+    if dataset not in ("auto", "mnist", "fashion-mnist"):
+        raise ValueError(f"dataset should be 'auto', 'mnist' or 'fashion-mnist', but got dataset={dataset!r}")
+    root = Path(root)
+    if dataset in ("auto", "mnist"):
+        found = _idx_dir(_mnist_dirs(root)) or (download_mnist(root) if download else None)
+        if found is not None:
+            return "mnist", found
+        if dataset == "mnist":
+            raise FileNotFoundError(f"MNIST IDX files not found under {root} and not downloadable")
+    found = _idx_dir(_fashion_dirs(root))
+    if found is None:
+        raise FileNotFoundError(
+            f"neither MNIST (under {root} or by download) nor Fashion-MNIST is available: "
+            "run `apt-get install dataset-fashion-mnist` (Debian) or pass --data.root with MNIST's IDX files"
+        )
+    return "fashion-mnist", found
+
+
+def load_idx_dir(directory: Path) -> dict[str, npt.NDArray[Any]]:
+    """The four arrays (``train_images`` …) of an MNIST-format directory."""
+    arrays = {}
+    for key, name in IDX_FILES.items():
+        path = directory / name
+        arrays[key] = read_idx(path if path.exists() else directory / f"{name}.gz")
+    return arrays
+
+
+def imbalanced_split(
+    labels: npt.NDArray[Any],
+    *,
+    rare_classes: Sequence[int],
+    keep_fraction: float,
+    val_per_class: int,
+    seed: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """``(train, validation)`` example indices into the original training set.
+
+    Each rare class keeps ``round(keep_fraction · n_c)`` (at least 1) of its ``n_c`` examples, drawn
+    at random (App. B.3: 1% of each of 0-4); every other class keeps all of its examples.  The
+    validation split takes ``val_per_class`` examples of every class from those the training set
+    does not use (the rare classes' left-out examples, the other classes' held-out ones), so it is
+    balanced like the test set.
+    """
+    if not 0.0 < keep_fraction <= 1.0:
+        raise ValueError(f"keep_fraction should lie in (0, 1], but got keep_fraction={keep_fraction!r}")
+    if val_per_class < 0:
+        raise ValueError(f"val_per_class should be >= 0, but got val_per_class={val_per_class!r}")
+    rng = np.random.default_rng(seed)
+    train, val = [], []
+    for c in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == c))
+        if int(c) in rare_classes:
+            keep = max(1, round(keep_fraction * members.shape[0]))
+            train.append(members[:keep])
+            val.append(members[keep : keep + val_per_class])
+        else:
+            val.append(members[:val_per_class])
+            train.append(members[val_per_class:])
+    return np.sort(np.concatenate(train)).astype(np.int64), np.sort(np.concatenate(val)).astype(np.int64)
+
+
+class ImbalancedMNISTDataModule(pl.LightningDataModule):
+    """Class-imbalanced MNIST (App. B.3), and the train sampler of the arm.
+
+    Args:
+        root: directory with MNIST's IDX files (also where MNIST is downloaded to).
+        dataset: ``"auto"`` (MNIST, else Fashion-MNIST when MNIST is neither in ``root`` nor
+            downloadable), ``"mnist"`` or ``"fashion-mnist"``.
+        download: try to download MNIST when it is not in ``root``.
+        rare_classes: the classes cut down to ``keep_fraction`` (the paper: digits 0-4).
+        keep_fraction: fraction of each rare class kept (the paper: 1%).
+        val_per_class: balanced validation examples per class, from examples training does not use.
+        split_seed: seed of the imbalanced subset and the validation split.
+        batch_size: minibatch size (the paper: 60).
+        sampler: ``"uniform"`` (random order, each example once per epoch) or ``"prioritized"``.
+        alpha: prioritized: α in ``P(i) = p_i^α / Σ_k p_k^α`` (the paper: 1).
+        beta: prioritized: β of the importance weights ``(N · P(i))^-β`` (the paper: 0).
+        beta_end: prioritized: anneal β linearly from ``beta`` to this over the run (None: fixed).
+        eps: prioritized, proportional: ``p_i = loss_i + ε``.
+        backend: prioritized: ``"proportional"``, ``"rank"``, ``"greedy"`` or ``"uniform"``.
+        eval_batch_size: batch size of the validation and test passes.
+        num_workers: ``DataLoader`` workers (with a prioritized sampler each prefetched batch is
+            drawn before the latest priority updates: a lag of about ``2 · num_workers`` batches).
+    """
+
+    def __init__(
+        self,
+        root: str = "data",
+        dataset: Dataset = "auto",
+        download: bool = True,
+        rare_classes: tuple[int, ...] = (0, 1, 2, 3, 4),
+        keep_fraction: float = 0.01,
+        val_per_class: int = 100,
+        split_seed: int = 0,
+        batch_size: int = 60,
+        sampler: Literal["uniform", "prioritized"] = "uniform",
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        beta_end: float | None = None,
+        eps: float = 1e-6,
+        backend: Literal["proportional", "rank", "greedy", "uniform"] = "proportional",
+        eval_batch_size: int = 1000,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        if sampler not in ("uniform", "prioritized"):
+            raise ValueError(f"sampler should be 'uniform' or 'prioritized', but got sampler={sampler!r}")
+        self.save_hyperparameters()
+        self.root, self.dataset, self.download = root, dataset, download
+        self.rare_classes, self.keep_fraction = tuple(rare_classes), keep_fraction
+        self.val_per_class, self.split_seed = val_per_class, split_seed
+        self.batch_size, self.sampler, self.eval_batch_size = batch_size, sampler, eval_batch_size
+        self.alpha, self.beta, self.beta_end, self.eps, self.backend = alpha, beta, beta_end, eps, backend
+        self.num_workers = num_workers
+        self.dataset_name = ""
+        self.train_set: TensorDataset | None = None
+        self.prioritized_sampler: DistributedPrioritizedSampler | None = None
+
+    def prepare_data(self) -> None:
+        locate_dataset(self.root, self.dataset, self.download)
+
+    def setup(self, stage: str) -> None:
+        if self.train_set is not None:
+            return
+        name, directory = locate_dataset(self.root, self.dataset, download=False)
+        self.dataset_name = DATASET_NAMES[name]
+        if name != "mnist":
+            print(f"MNIST is not available here: using {self.dataset_name} from {directory}", file=sys.stderr)
+        arrays = load_idx_dir(directory)
+        images, labels = arrays["train_images"], arrays["train_labels"].astype(np.int64)
+        train_idx, val_idx = imbalanced_split(
+            labels,
+            rare_classes=self.rare_classes,
+            keep_fraction=self.keep_fraction,
+            val_per_class=self.val_per_class,
+            seed=self.split_seed,
+        )
+        mean, std = float(images.mean()) / 255, float(images.std()) / 255
+
+        def tensors(x: npt.NDArray[Any], y: npt.NDArray[Any]) -> TensorDataset:
+            pixels = (torch.from_numpy(x.astype(np.float32)).unsqueeze(1) / 255 - mean) / std
+            return TensorDataset(pixels, torch.from_numpy(y.astype(np.int64)))
+
+        self.train_set = tensors(images[train_idx], labels[train_idx])
+        self.val_set = tensors(images[val_idx], labels[val_idx])
+        self.test_set = tensors(arrays["test_images"], arrays["test_labels"])
+        self.class_counts = np.bincount(labels[train_idx], minlength=10)
+        if self.sampler == "prioritized":
+            # PER: one priority per training example, all starting at the max priority (1). Built
+            # here so that the callback restores a checkpoint into it before any DataLoader draws.
+            base = PrioritizedSampler(
+                len(self.train_set),
+                alpha=self.alpha,
+                beta=self.beta,
+                eps=self.eps,
+                backend=self.backend,
+                batch_size=self.batch_size,
+                seed=int(torch.randint(2**31, ())),
+            )
+            self.prioritized_sampler = DistributedPrioritizedSampler(base)
+        print(
+            f"{self.dataset_name}: {len(self.train_set)} training examples (per class "
+            f"{self.class_counts.tolist()}), {len(self.val_set)} validation, {len(self.test_set)} test",
+            file=sys.stderr,
+        )
+
+    def train_dataloader(self) -> DataLoader[Any]:
+        assert self.train_set is not None
+        world = self.trainer.world_size if self.trainer is not None else 1
+        sampler: Sampler[int]
+        if self.prioritized_sampler is not None:
+            sampler = self.prioritized_sampler
+        elif world > 1:
+            sampler = DistributedSampler(self.train_set, seed=int(torch.randint(2**31, ())))
+        else:
+            generator = torch.Generator().manual_seed(int(torch.randint(2**31, ())))
+            sampler = RandomSampler(self.train_set, generator=generator)
+        return DataLoader(
+            IndexedDataset(self.train_set),
+            batch_size=self.batch_size,
+            sampler=sampler,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def val_dataloader(self) -> list[DataLoader[Any]]:
+        return [DataLoader(ds, batch_size=self.eval_batch_size) for ds in (self.val_set, self.test_set)]
+
+    def test_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(self.test_set, batch_size=self.eval_batch_size)
+
+
+# -- model --------------------------------------------------------------------------------------
+
+
+class LeNet5(nn.Module):
+    """Two conv layers (convolution, ReLU, 2×2 max-pool), two fully connected layers separated by a
+    ReLU (App. B.3); widths of LeNet-5 (LeCun et al. 1998): 6 and 16 5×5 filters, 120 hidden units."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+        )  # fmt: skip
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Linear(16 * 5 * 5, 120), nn.ReLU(), nn.Linear(120, num_classes)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits; the softmax is in the loss (negative log-likelihood of ``log_softmax``)."""
+        return self.classifier(self.features(x))  # type: ignore[no-any-return]
+
+
+class ImbalancedClassifier(pl.LightningModule):
+    """LeNet-5-like classifier trained by plain SGD; records test errors and loss against updates.
+
+    Args:
+        lr: SGD step size (the paper picks from 0.3, 0.1, 0.03, 0.01, 0.003, 0.001 on validation).
+        informed_weight: factor on the loss of ``rare_classes`` (informed arm: 100; else 1).
+        rare_classes: the under-represented classes.
+        num_classes: output classes.
+    """
+
+    def __init__(
+        self, lr: float = 0.1, informed_weight: float = 1.0, rare_classes: tuple[int, ...] = (0, 1, 2, 3, 4),
+        num_classes: int = 10,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = LeNet5(num_classes)
+        class_weights = torch.ones(num_classes)
+        class_weights[list(rare_classes)] = informed_weight
+        self.register_buffer("class_weights", class_weights)
+        self.rare = torch.zeros(num_classes, dtype=torch.bool)
+        self.rare[list(rare_classes)] = True
+        self.history: list[dict[str, float]] = []
+        self._sums: dict[int, torch.Tensor] = {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)  # type: ignore[no-any-return]
+
+    def objective(
+        self, x: torch.Tensor, y: torch.Tensor, is_weights: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean_i c_{y_i} w_i ℓ_i, ℓ)``: per-sample negative log-likelihoods ``ℓ``, class factors
+        ``c`` (``informed_weight`` for the rare classes, else 1) and importance weights ``w``."""
+        per_sample = functional.cross_entropy(self(x), y, reduction="none")
+        weights = self.class_weights[y]
+        if is_weights is not None:
+            weights = weights * is_weights
+        return (weights * per_sample).mean(), per_sample
+
+    def training_step(self, batch: Sequence[torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
+        _, x, y = batch
+        # PER: importance weights of the batch's draw (all 1 at β = 0; None for the uniform arms).
+        loss, per_sample = self.objective(x, y, batch_weights(self.trainer))
+        self.log("train/loss", loss, prog_bar=True)
+        # PER: the unweighted per-sample losses become the drawn examples' priorities.
+        return {"loss": loss, "per_sample_loss": per_sample.detach()}
+
+    def validation_step(self, batch: Sequence[torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        x, y = batch
+        logits = self(x)
+        wrong = (logits.argmax(1) != y).double()
+        rare = self.rare.to(y.device)[y].double()
+        stats = torch.stack([
+            functional.cross_entropy(logits, y, reduction="sum").double(), wrong.sum(), (wrong * rare).sum(),
+            torch.tensor(float(y.shape[0]), dtype=torch.float64, device=y.device),
+        ])  # fmt: skip
+        self._sums[dataloader_idx] = self._sums.get(dataloader_idx, torch.zeros_like(stats)) + stats
+
+    def on_validation_epoch_end(self) -> None:
+        point: dict[str, float] = {"updates": float(self.global_step)}
+        for idx, name in enumerate(("val", "test")):
+            if idx not in self._sums:
+                continue
+            loss, errors, rare_errors, n = self._sums[idx].tolist()
+            point |= {f"{name}/loss": loss / n, f"{name}/errors": errors, f"{name}/rare_errors": rare_errors}
+        self._sums = {}
+        self.log_dict({k: v for k, v in point.items() if k != "updates"}, prog_bar=False)
+        if not self.trainer.sanity_checking:
+            self.history.append(point)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.0)
+
+    def configure_callbacks(self) -> list[Callback]:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if getattr(datamodule, "sampler", None) != "prioritized":
+            return []
+        assert isinstance(datamodule, ImbalancedMNISTDataModule)
+        beta_start = datamodule.beta if datamodule.beta_end is not None else None
+        return [PrioritizedSamplingCallback(beta_start=beta_start, beta_end=datamodule.beta_end or 1.0)]
+
+
+TRAINER_DEFAULTS: dict[str, Any] = {
+    # Lightning's DistributedSampler wrapper would fix each epoch's prioritized draws up front.
+    "use_distributed_sampler": False,
+    "accelerator": "cpu",
+    "num_sanity_val_steps": 0,
+    "check_val_every_n_epoch": None,
+}
+
+
+def cli_main(args: list[str] | None = None, run: bool = True) -> LightningCLI:
+    """``python -m recipes.imbalanced_mnist fit --config …``: one run of one arm."""
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    return LightningCLI(
+        ImbalancedClassifier,
+        ImbalancedMNISTDataModule,
+        seed_everything_default=0,
+        trainer_defaults=TRAINER_DEFAULTS,
+        save_config_kwargs={"overwrite": True},
+        args=args,
+        run=run,
+    )
+
+
+# -- comparison (Fig. 5) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """The three arms of Fig. 5, each run for several seeds through the LightningCLI configs."""
+
+    arms: tuple[Arm, ...] = ARMS
+    """Arms to run; each is recipes/configs/imbalanced_mnist/<arm>.yaml."""
+    seeds: int = 3
+    """Seeds per arm (the paper: 3); seed s initialises the network and the sampler."""
+    max_steps: int = 1500
+    """Updates per run (demo scale; the configs' default is 10,000)."""
+    eval_every: int = 150
+    """Updates between evaluations of the test and validation sets."""
+    lr: float | None = None
+    """Step size for every arm; None keeps each config's (chosen by the validation sweep)."""
+    root: str = "data"
+    """Where MNIST's IDX files are (or are downloaded to)."""
+    dataset: Dataset = "auto"
+    """'auto', 'mnist' or 'fashion-mnist' (see the data module)."""
+    workers: int = 2
+    """Runs in parallel (one torch thread each)."""
+    overrides: tuple[str, ...] = ()
+    """Extra LightningCLI arguments for every run, e.g. ('--data.backend', 'rank')."""
+    out_dir: str = "docs/results"
+    """Where imbalanced_mnist.{json,md} and the PNGs are written."""
+    name: str = "imbalanced_mnist"
+    """Stem of the output files."""
+
+
+def run_arm(arm: str, seed: int, args: Sequence[str]) -> dict[str, Any]:
+    """Fit one arm with one seed through the CLI; its evaluation history and the dataset used."""
+    torch.set_num_threads(1)
+    cli = cli_main(
+        ["fit", "--config", str(CONFIG_DIR / f"{arm}.yaml"), "--seed_everything", str(seed), *args]
+    )
+    model, data = cli.model, cli.datamodule
+    assert isinstance(model, ImbalancedClassifier) and isinstance(data, ImbalancedMNISTDataModule)
+    return {"arm": arm, "seed": seed, "history": model.history, "dataset": data.dataset_name,
+            "lr": float(model.hparams.lr), "train_counts": data.class_counts.tolist()}  # fmt: skip
+
+
+def _median(values: list[list[float]]) -> list[float]:
+    return [float(np.median(v)) for v in values]
+
+
+def compare(config: CompareConfig) -> dict[str, Any]:
+    """Run every (arm, seed) and collect the curves: ``{"dataset", "arms": {arm: {...}}, ...}``."""
+    from tqdm import tqdm  # type: ignore[import-untyped]
+
+    locate_dataset(config.root, config.dataset, download=True)  # download once, not per worker
+    args = [
+        "--trainer.max_steps", str(config.max_steps), "--trainer.val_check_interval", str(config.eval_every),
+        "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+        "--data.root", config.root, "--data.dataset", config.dataset, "--data.download", "false",
+        *(["--model.lr", str(config.lr)] if config.lr is not None else []), *config.overrides,
+    ]  # fmt: skip
+    tasks = [(arm, seed) for arm in config.arms for seed in range(config.seeds)]
+    runs: list[dict[str, Any]] = []
+    bar = tqdm(total=len(tasks), desc="imbalanced_mnist", unit="run")
+    with ProcessPoolExecutor(config.workers) as pool, bar:
+        for result in pool.map(run_arm, *zip(*tasks, strict=True), [args] * len(tasks)):
+            runs.append(result)
+            bar.update()
+    datasets = {r["dataset"] for r in runs}
+    assert len(datasets) == 1, datasets
+    arms: dict[str, Any] = {}
+    for arm in config.arms:
+        mine = sorted((r for r in runs if r["arm"] == arm), key=lambda r: r["seed"])
+        updates = [int(p["updates"]) for p in mine[0]["history"]]
+        arms[arm] = {"updates": updates, "lr": mine[0]["lr"]} | {
+            key.replace("/", "_"): [[r["history"][i][key] for r in mine] for i in range(len(updates))]
+            for key in ("test/errors", "test/loss", "test/rare_errors", "val/errors", "val/loss")
+        }
+    return {"dataset": datasets.pop(), "train_counts": runs[0]["train_counts"], "seeds": config.seeds,
+            "config": asdict(config), "arms": arms}  # fmt: skip
+
+
+def plot(results: dict[str, Any], out_dir: Path, name: str) -> list[Path]:
+    """Fig. 5: test misclassifications (left) and test loss (right) against updates, median of seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"uniform": "black", "informed": "tab:green", "prioritized": "tab:blue"}
+    labels = {"uniform": "uniform (uninformed)", "informed": "uniform, informed (×100)",
+              "prioritized": "prioritized α=1, β=0 (uninformed)"}  # fmt: skip
+    paths = []
+    for key, ylabel in (("test_errors", "misclassified test examples"), ("test_loss", "test loss")):
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+        for arm, data in results["arms"].items():
+            values = np.asarray(data[key])
+            ax.plot(data["updates"], np.median(values, axis=1), color=colours[arm], label=labels[arm])
+            ax.fill_between(data["updates"], values.min(1), values.max(1), color=colours[arm], alpha=0.15)
+        ax.set_xlabel("updates (minibatches of 60)")
+        ax.set_ylabel(ylabel)
+        title = f"class-imbalanced {results['dataset']} (median of {results['seeds']} seeds, min-max)"
+        ax.set_title(title, fontsize=9)
+        if key == "test_errors":
+            ax.set_yscale("log")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"{name}_{key}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def write_markdown(
+    results: dict[str, Any], runtime: float, pngs: list[Path], path: Path, command: str
+) -> None:
+    """The table of the comparison: median (min-max) test errors and loss at a few update counts."""
+    ds = results["dataset"]
+    lines = [
+        f"# Class-imbalanced {ds}: uniform, informed and prioritized sampling (Fig. 5)",
+        "",
+        f"Dataset: **{ds}** (training set: 1% of classes 0-4, all of 5-9; per-class counts "
+        f"{results['train_counts']}); untouched test set of 10,000.",
+        f"Median over {results['seeds']} seeds, (min-max) in brackets. Produced by `{command}` in "
+        f"{runtime:.0f} s on {platform.machine()} ({os.cpu_count()} cores).",
+        "",
+    ]
+    arms = results["arms"]
+    updates = next(iter(arms.values()))["updates"]
+    shown = sorted({updates[0], updates[len(updates) // 4], updates[len(updates) // 2], updates[-1]})
+    for key, title, fmt in (
+        ("test_errors", "Misclassified test examples (of 10,000)", "{:.0f}"),
+        ("test_rare_errors", "... of which in the rare classes 0-4 (of ~5,000)", "{:.0f}"),
+        ("test_loss", "Test loss (mean negative log-likelihood)", "{:.3f}"),
+    ):
+        lines += [f"### {title}", "", "| arm | lr | " + " | ".join(f"{u} updates" for u in shown) + " |",
+                  "|---|---|" + "---|" * len(shown)]  # fmt: skip
+        for arm, data in arms.items():
+            cells = []
+            for u in shown:
+                v = np.asarray(data[key][data["updates"].index(u)])
+                cells.append(f"{fmt.format(np.median(v))} ({fmt.format(v.min())}-{fmt.format(v.max())})")
+            lines.append(f"| {arm} | {data['lr']:g} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["### Best median test loss over the run", "", "| arm | best | at updates |", "|---|---|---|"]
+    for arm, data in arms.items():
+        med = _median(data["test_loss"])
+        best = int(np.argmin(med))
+        lines.append(f"| {arm} | {med[best]:.3f} | {data['updates'][best]} |")
+    lines += ["", *[f"![{p.stem}]({p.name})" for p in pngs], ""]
+    path.write_text("\n".join(lines))
+
+
+def compare_main(config: CompareConfig) -> dict[str, Any]:
+    """``python -m recipes.imbalanced_mnist compare``: run the arms, write JSON, PNGs and table."""
+    out_dir = Path(config.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    results = compare(config)
+    runtime = time.perf_counter() - start
+    results["runtime_s"] = round(runtime, 1)
+    (out_dir / f"{config.name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    pngs = plot(results, out_dir, config.name)
+    command = "python -m recipes.imbalanced_mnist compare " + " ".join(sys.argv[2:])
+    write_markdown(results, runtime, pngs, out_dir / f"{config.name}.md", command.strip())
+    print(f"{results['dataset']}: wrote {out_dir}/{config.name}.md, .json, PNGs in {runtime:.0f} s")
+    return results
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    """Make the data available: MNIST downloaded into root, else Fashion-MNIST if installed."""
+
+    root: str = "data"
+    """Where MNIST's IDX files are (or are downloaded to)."""
+    dataset: Dataset = "auto"
+    """'auto', 'mnist' or 'fashion-mnist'."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    from_shell = argv is None
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["compare"], ["prepare"]):
+        from jsonargparse import auto_cli, set_parsing_settings
+
+        set_parsing_settings(docstring_parse_attribute_docstrings=True)
+        if argv[0] == "compare":
+            compare_main(auto_cli(CompareConfig, args=argv[1:], as_positional=False))
+            return
+        prepare = auto_cli(PrepareConfig, args=argv[1:], as_positional=False)
+        try:
+            name, directory = locate_dataset(prepare.root, prepare.dataset, download=True)
+        except FileNotFoundError as error:
+            print(error, file=sys.stderr)
+            sys.exit(1)
+        print(f"{DATASET_NAMES[name]} IDX files in {directory}")
+        return
+    cli_main(None if from_shell else argv)
+
+
+if __name__ == "__main__":
+    main()

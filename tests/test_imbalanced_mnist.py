@@ -1,0 +1,170 @@
+"""The imbalanced-MNIST recipe on small IDX files generated here (no network): data loading, the
+imbalance, the informed weighting, a fast_dev_run of every arm and the comparison's outputs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from recipes import imbalanced_mnist as rec
+
+PER_CLASS_TRAIN, PER_CLASS_TEST = 60, 8
+
+warnings.filterwarnings("ignore", ".*does not have many workers.*")
+logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+
+
+def make_idx_dir(directory: Path, gz: bool = True, seed: int = 0) -> Path:
+    """MNIST-format files: 28×28 uint8 images whose brightest row says the class."""
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    for split, per_class in (("train", PER_CLASS_TRAIN), ("t10k", PER_CLASS_TEST)):
+        labels = rng.permutation(np.repeat(np.arange(10, dtype=np.uint8), per_class))
+        images = rng.integers(0, 60, size=(labels.shape[0], 28, 28), dtype=np.uint8)
+        images[np.arange(labels.shape[0]), 2 + 2 * labels] = 250
+        suffix = ".gz" if gz else ""
+        rec.write_idx(directory / f"{split}-images-idx3-ubyte{suffix}", images)
+        rec.write_idx(directory / f"{split}-labels-idx1-ubyte{suffix}", labels)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("data")
+    make_idx_dir(base / "MNIST" / "raw")
+    return base
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_idx_round_trip(tmp_path: Path, gz: bool) -> None:
+    array = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    path = tmp_path / ("a.idx.gz" if gz else "a.idx")
+    rec.write_idx(path, array)
+    out = rec.read_idx(path)
+    assert out.dtype == np.uint8
+    np.testing.assert_array_equal(out, array)
+    bad = tmp_path / "bad.idx"
+    bad.write_bytes(b"\x01\x02\x03\x04")
+    with pytest.raises(ValueError, match="not an IDX file"):
+        rec.read_idx(bad)
+
+
+def test_locate_dataset_prefers_mnist_then_fashion(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert rec.locate_dataset(root, "auto", download=False) == ("mnist", root / "MNIST" / "raw")
+    fashion = make_idx_dir(tmp_path / "FashionMNIST" / "raw", gz=False)
+    assert rec.locate_dataset(tmp_path, "auto", download=False) == ("fashion-mnist", fashion)
+    monkeypatch.setattr(rec, "FASHION_MNIST_SYSTEM_DIR", tmp_path / "absent")
+    with pytest.raises(FileNotFoundError, match="dataset-fashion-mnist"):
+        rec.locate_dataset(tmp_path / "empty", "auto", download=False)
+    with pytest.raises(FileNotFoundError, match="MNIST"):
+        rec.locate_dataset(tmp_path, "mnist", download=False)
+    with pytest.raises(ValueError, match="dataset"):
+        rec.locate_dataset(tmp_path, "cifar", download=False)  # type: ignore[arg-type]
+
+
+def test_imbalanced_split_counts() -> None:
+    counts = np.array([5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949])  # MNIST's train set
+    labels = np.random.default_rng(1).permutation(np.repeat(np.arange(10), counts))
+    train, val = rec.imbalanced_split(labels, rare_classes=(0, 1, 2, 3, 4), keep_fraction=0.01,
+                                      val_per_class=100, seed=0)  # fmt: skip
+    kept = np.bincount(labels[train], minlength=10)
+    np.testing.assert_array_equal(kept[:5], np.round(0.01 * counts[:5]))  # 59, 67, 60, 61, 58
+    np.testing.assert_array_equal(kept[5:], counts[5:] - 100)
+    np.testing.assert_array_equal(np.bincount(labels[val], minlength=10), np.full(10, 100))  # balanced
+    assert np.intersect1d(train, val).size == 0
+    again, _ = rec.imbalanced_split(labels, rare_classes=(0, 1, 2, 3, 4), keep_fraction=0.01,
+                                    val_per_class=100, seed=0)  # fmt: skip
+    other, _ = rec.imbalanced_split(labels, rare_classes=(0, 1, 2, 3, 4), keep_fraction=0.01,
+                                    val_per_class=100, seed=1)  # fmt: skip
+    np.testing.assert_array_equal(train, again)
+    assert not np.array_equal(train, other)
+    with pytest.raises(ValueError, match="keep_fraction"):
+        rec.imbalanced_split(labels, rare_classes=(0,), keep_fraction=0.0, val_per_class=1, seed=0)
+
+
+def test_informed_weighting_scales_the_rare_classes_loss() -> None:
+    torch.manual_seed(0)
+    informed = rec.ImbalancedClassifier(informed_weight=100.0)
+    plain = rec.ImbalancedClassifier(informed_weight=1.0)
+    plain.load_state_dict(informed.state_dict(), strict=False)
+    plain.class_weights.fill_(1.0)
+    x, y = torch.randn(6, 1, 28, 28), torch.tensor([0, 4, 5, 9, 2, 7])
+    loss, per_sample = informed.objective(x, y)
+    plain_loss, plain_per_sample = plain.objective(x, y)
+    torch.testing.assert_close(per_sample, plain_per_sample)  # the priorities are unweighted losses
+    factor = torch.tensor([100.0, 100.0, 1.0, 1.0, 100.0, 1.0])
+    torch.testing.assert_close(loss, (factor * per_sample).mean())
+    torch.testing.assert_close(plain_loss, per_sample.mean())
+    w = torch.tensor([0.5, 1.0, 1.0, 0.25, 1.0, 1.0])
+    torch.testing.assert_close(informed.objective(x, y, w)[0], (factor * w * per_sample).mean())
+
+
+def _args(root: Path) -> list[str]:
+    return [
+        "--data.root", str(root), "--data.dataset", "mnist", "--data.download", "false",
+        "--data.keep_fraction", "0.1", "--data.val_per_class", "5", "--data.eval_batch_size", "100",
+        "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
+        "--trainer.enable_model_summary", "false", "--trainer.enable_checkpointing", "false",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("arm", rec.ARMS)
+def test_fast_dev_run_of_each_arm(root: Path, arm: str) -> None:
+    config = str(rec.CONFIG_DIR / f"{arm}.yaml")
+    cli = rec.cli_main(["fit", "--config", config, "--trainer.fast_dev_run", "3", *_args(root)])
+    model, data = cli.model, cli.datamodule
+    assert isinstance(model, rec.ImbalancedClassifier) and isinstance(data, rec.ImbalancedMNISTDataModule)
+    assert data.dataset_name == "MNIST"
+    np.testing.assert_array_equal(data.class_counts, [6] * 5 + [PER_CLASS_TRAIN - 5] * 5)
+    assert model.global_step == 3 and model.history
+    assert model.hparams.informed_weight == (100.0 if arm == "informed" else 1.0)
+    assert 0 <= model.history[-1]["test/errors"] <= 10 * PER_CLASS_TEST
+    callbacks = [c for c in cli.trainer.callbacks if isinstance(c, rec.PrioritizedSamplingCallback)]
+    if arm == "prioritized":
+        assert len(callbacks) == 1 and data.prioritized_sampler is not None
+        priorities = data.prioritized_sampler.sampler.priorities
+        assert np.sum(priorities != 1.0) > 0  # the drawn examples' losses arrived
+    else:
+        assert not callbacks and data.prioritized_sampler is None
+
+
+def test_command_line_sets_alpha_beta_backend(root: Path) -> None:
+    config = str(rec.CONFIG_DIR / "prioritized.yaml")
+    cli = rec.cli_main([
+        "fit", "--config", config, "--trainer.fast_dev_run", "2", *_args(root),
+        "--data.alpha", "0.6", "--data.beta", "0.4", "--data.beta_end", "1.0", "--data.backend", "rank",
+    ])  # fmt: skip
+    data = cli.datamodule
+    assert isinstance(data, rec.ImbalancedMNISTDataModule) and data.prioritized_sampler is not None
+    base = data.prioritized_sampler.sampler
+    assert (base.alpha, base.backend_name) == (0.6, "rank")
+    callback = next(c for c in cli.trainer.callbacks if isinstance(c, rec.PrioritizedSamplingCallback))
+    assert callback.beta_start == 0.4 and callback.beta_end == 1.0
+
+
+def test_compare_writes_json_plots_and_table(root: Path, tmp_path: Path) -> None:
+    config = rec.CompareConfig(
+        seeds=2, max_steps=4, eval_every=2, root=str(root), dataset="mnist", workers=1,
+        overrides=("--data.keep_fraction", "0.1", "--data.val_per_class", "5"),
+        out_dir=str(tmp_path), name="tiny",
+    )  # fmt: skip
+    rec.compare_main(config)
+    results = json.loads((tmp_path / "tiny.json").read_text())
+    assert results["dataset"] == "MNIST"
+    assert set(results["arms"]) == {"uniform", "informed", "prioritized"}
+    for arm in results["arms"].values():
+        assert arm["updates"] == [2, 4]
+        assert np.asarray(arm["test_errors"]).shape == (2, 2)  # [point][seed]
+        assert np.asarray(arm["test_loss"]).shape == (2, 2)
+    table = (tmp_path / "tiny.md").read_text()
+    assert "MNIST" in table and "| prioritized |" in table
+    assert (tmp_path / "tiny_test_errors.png").stat().st_size > 0
+    assert (tmp_path / "tiny_test_loss.png").stat().st_size > 0
