@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m recipes.demo
 	$(BIN)/python -m recipes.cliffwalk
+	sh recipes/ensure_mnist_data.sh $(BIN)/python
+	$(BIN)/python -m recipes.imbalanced_mnist compare
 
 lint: $(STAMP)
 	$(BIN)/ruff check prisample tests benchmarks recipes

@@ -122,11 +122,15 @@ def _fashion_dirs(root: Path) -> list[Path]:
 
 def download_mnist(root: str | Path, timeout: float = 20.0) -> Path | None:
     """Download MNIST with torchvision into ``root/MNIST/raw``; ``None`` when the network refuses."""
+    import urllib.request
+
     from torchvision.datasets import MNIST
 
     previous = socket.getdefaulttimeout()
     socket.setdefaulttimeout(timeout)
     try:
+        # One probe first: offline, each of torchvision's mirror × file attempts would wait in turn.
+        urllib.request.urlopen(f"{MNIST.mirrors[0]}{MNIST.resources[0][0]}", timeout=timeout).close()
         for train in (True, False):
             MNIST(str(root), train=train, download=True)
     except Exception as error:  # no network, a proxy, a mirror down: all mean "not available"
