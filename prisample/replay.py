@@ -45,12 +45,6 @@ Batch = dict[str, npt.NDArray[Any]]
 
 
 @numba.njit(cache=True)
-def _retain(refs: np.ndarray, rows: np.ndarray) -> None:
-    for j in range(rows.shape[0]):
-        refs[rows[j]] += 1
-
-
-@numba.njit(cache=True)
 def _release(refs: np.ndarray, free: np.ndarray, nfree: int, rows: np.ndarray) -> int:
     for j in range(rows.shape[0]):
         row = rows[j]
@@ -62,54 +56,154 @@ def _release(refs: np.ndarray, free: np.ndarray, nfree: int, rows: np.ndarray) -
 
 
 @numba.njit(cache=True)
-def _make_room(
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    for i in range(a.shape[0]):  # noqa: SIM110 (numba compiles the loop, not a generator)
+        if a[i] != b[i]:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _shifted(frames: np.ndarray, rows: np.ndarray, stack: np.ndarray) -> bool:
+    """Whether frames ``rows[1:]`` equal ``stack[:-1]`` (a stack moved on by one frame)."""
+    for j in range(stack.shape[0] - 1):  # noqa: SIM110 (numba compiles the loop, not a generator)
+        if not _equal(frames[rows[j + 1]], stack[j]):
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _plan_full(stack: np.ndarray, codes: np.ndarray, sources: np.ndarray, n_new: int, which: int) -> int:
+    """Codes for a stack stored anew; repeated frames (a reset stack) share one row."""
+    for j in range(stack.shape[0]):
+        if j > 0 and _equal(stack[j], stack[j - 1]):
+            codes[j] = codes[j - 1]
+        else:
+            sources[n_new, 0], sources[n_new, 1] = which, j
+            n_new += 1
+            codes[j] = -n_new
+    return n_new
+
+
+@numba.njit(cache=True)
+def _add_kernel(
+    frames: np.ndarray,
     refs: np.ndarray,
     free: np.ndarray,
     nfree: int,
     obs_rows: np.ndarray,
     next_rows: np.ndarray,
+    generation: np.ndarray,
+    stream_obs: np.ndarray,
+    stream_next: np.ndarray,
+    stream_live: np.ndarray,
+    obs: np.ndarray,
+    next_obs: np.ndarray,
+    stream: int,
     tail: int,
     head: int,
-    need: int,
     evicted: np.ndarray,
-) -> tuple[int, int, int]:
-    """Evict the transition in the slot about to be written, then the oldest ones until ``need``
-    frames are free; returns ``(nfree, tail, number evicted)`` with the slots in ``evicted``."""
-    capacity = obs_rows.shape[0]
-    n = 0
-    while tail < head and (head - tail >= capacity or nfree < need):
+) -> tuple[int, int, int, int, bool]:
+    """Store one transition's stacks (frames as machine words, one row per frame).
+
+    A pool row is shared when its bytes equal the frame: ``obs`` equal to the stream's last
+    ``next_obs`` or its last ``obs`` moved on by one frame, ``next_obs`` equal to ``obs`` (or the
+    last ``next_obs``) moved on by one frame, repeated frames in a stack.  Codes ``>= 0`` are
+    shared rows, ``-i-1`` the ``i``-th new frame.  Evicts the slot being written, then the oldest
+    transitions until the new frames fit.  Returns ``(slot, nfree, tail, number evicted,
+    obs continued the stream)``.
+    """
+    stack, capacity = obs.shape[0], obs_rows.shape[0]
+    live = stream_live[stream]
+    last_obs, last_next = stream_obs[stream], stream_next[stream]
+    obs_codes = np.empty(stack, dtype=np.int64)
+    next_codes = np.empty(stack, dtype=np.int64)
+    sources = np.empty((2 * stack, 2), dtype=np.int64)  # (0: obs / 1: next_obs, frame index)
+    n_new = 0
+    continued = live
+    if live:
+        for j in range(stack):
+            if not _equal(frames[last_next[j]], obs[j]):
+                continued = False
+                break
+    if continued:
+        obs_codes[:] = last_next
+    elif live and stack > 1 and _shifted(frames, last_obs, obs):  # n-step: obs moved on by one
+        obs_codes[: stack - 1] = last_obs[1:]
+        sources[0, 0], sources[0, 1] = 0, stack - 1
+        n_new = 1
+        obs_codes[stack - 1] = -1
+        continued = True
+    else:
+        n_new = _plan_full(obs, obs_codes, sources, n_new, 0)
+    one_new = True  # next_obs = a stack moved on by one frame: only its newest frame is new
+    for j in range(stack - 1):
+        if not _equal(next_obs[j], obs[j + 1]):
+            one_new = False
+            break
+    if one_new:
+        next_codes[: stack - 1] = obs_codes[1:]
+    elif live and _shifted(frames, last_next, next_obs):  # n-step: last next_obs moved on by one
+        next_codes[: stack - 1] = last_next[1:]
+        one_new = True
+    else:
+        n_new = _plan_full(next_obs, next_codes, sources, n_new, 1)
+    if one_new:
+        sources[n_new, 0], sources[n_new, 1] = 1, stack - 1
+        n_new += 1
+        next_codes[stack - 1] = -n_new
+    n_evicted = 0
+    while tail < head and (head - tail >= capacity or nfree < n_new):
         slot = tail % capacity
         nfree = _release(refs, free, nfree, obs_rows[slot])
         nfree = _release(refs, free, nfree, next_rows[slot])
-        evicted[n] = slot
-        n += 1
+        evicted[n_evicted] = slot
+        n_evicted += 1
         tail += 1
-    return nfree, tail, n
-
-
-def _resolve(codes: IntArray, rows: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
-    """Pool rows from planning codes: ``>= 0`` is a row, ``-j-1`` the ``j``-th new frame's row."""
-    out = codes.astype(np.int32)
-    fresh = codes < 0
-    out[fresh] = rows[-codes[fresh] - 1]
-    return out
+    if nfree < n_new:  # never: the pool reserves two stacks per stream and two for this transition
+        raise RuntimeError("frame pool exhausted")
+    rows = np.empty(n_new, dtype=np.int64)
+    for i in range(n_new):
+        nfree -= 1
+        rows[i] = free[nfree]
+        frames[rows[i]] = obs[sources[i, 1]] if sources[i, 0] == 0 else next_obs[sources[i, 1]]
+    slot = head % capacity
+    for j in range(stack):
+        code = obs_codes[j]
+        obs_rows[slot, j] = code if code >= 0 else rows[-code - 1]
+        code = next_codes[j]
+        next_rows[slot, j] = code if code >= 0 else rows[-code - 1]
+        refs[obs_rows[slot, j]] += 2  # the transition's reference and the stream's
+        refs[next_rows[slot, j]] += 2
+    generation[slot] = head
+    if live:
+        nfree = _release(refs, free, nfree, last_obs)
+        nfree = _release(refs, free, nfree, last_next)
+    stream_obs[stream] = obs_rows[slot]
+    stream_next[stream] = next_rows[slot]
+    stream_live[stream] = True
+    return slot, nfree, tail, n_evicted, continued
 
 
 def _cast(array: npt.NDArray[Any], dtype: np.dtype[Any], name: str) -> npt.NDArray[Any]:
     """``array`` as ``dtype``: same-kind casts, and integers that fit an integer dtype."""
     if array.dtype == dtype:
         return array
-    if np.can_cast(array.dtype, dtype, "same_kind"):
-        return array.astype(dtype)
     if array.dtype.kind in "biu" and dtype.kind in "iu":
         info = np.iinfo(dtype)
         if array.size and (array.min() < info.min or array.max() > info.max):
             raise ValueError(f"{name} should fit {dtype}, but got values in [{array.min()}, {array.max()}]")
         return array.astype(dtype)
+    if np.can_cast(array.dtype, dtype, "same_kind"):
+        return array.astype(dtype)
     raise TypeError(f"{name} should have dtype {dtype} (or cast to it safely), but got dtype {array.dtype}")
 
 
 def _real(value: Any, name: str) -> float:
+    if type(value) is float:  # the common case, without the slower ABC checks
+        if not math.isfinite(value):
+            raise ValueError(f"{name} should be finite, but got {name}={value!r}")
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         array = to_numpy(value, name)
         if array.size != 1 or array.dtype.kind not in "fiu":
@@ -196,7 +290,10 @@ class ReplayMemory:
         self._stack_shape = (stack, *self.obs_shape) if stack > 1 else self.obs_shape
         f, c = self.frame_capacity, self.capacity
         self._frames = np.zeros((f, *self.obs_shape), dtype=self.obs_dtype)
-        self._frame_bytes = self._frames.reshape(f, -1).view(np.uint8)
+        # Frames are compared and copied as the widest machine words that divide their size.
+        words = (np.dtype(np.uint64), np.dtype(np.uint32), np.dtype(np.uint16), np.dtype(np.uint8))
+        self._word = next(w for w in words if frame_nbytes % w.itemsize == 0)
+        self._frame_words = self._frames.reshape(f, -1).view(self._word)
         self._refs = np.zeros(f, dtype=np.int32)
         self._free = np.arange(f - 1, -1, -1, dtype=np.int32)  # a stack: rows 0, 1, ... go first
         self._nfree = f
@@ -283,107 +380,53 @@ class ReplayMemory:
     ) -> tuple[int, IntArray]:
         """:meth:`add` returning also the slots evicted to make room (the written slot included
         when it held a live transition)."""
-        obs_b = self._stack_bytes(obs, "obs")
-        next_b = self._stack_bytes(next_obs, "next_obs")
-        action_a = _cast(to_numpy(action, "action"), self.action_dtype, "action")
+        obs_w = self._stack_words(obs, "obs")
+        next_w = self._stack_words(next_obs, "next_obs")
+        action_a = _cast(np.asarray(action) if type(action) is int else to_numpy(action, "action"),
+                         self.action_dtype, "action")
         if action_a.shape != self.action_shape:
             raise ValueError(f"action should have shape {self.action_shape}, but got shape {action_a.shape}")
         reward_f = _real(reward, "reward")
         discount_f = _real(discount, "discount")
-        if not isinstance(episode_end, (bool, np.bool_)):
+        if type(episode_end) is not bool and not isinstance(episode_end, np.bool_):
             raise TypeError(f"episode_end should be a bool, but got episode_end={episode_end!r}")
-        if isinstance(stream, bool) or not isinstance(stream, numbers.Integral):
+        if type(stream) is not int and (isinstance(stream, bool) or not isinstance(stream, numbers.Integral)):
             raise TypeError(f"stream should be an integer, but got stream={stream!r}")
         if not 0 <= stream < self.num_streams:
             raise ValueError(f"stream should lie in [0, {self.num_streams}), but got stream={stream}")
 
-        new: list[npt.NDArray[np.uint8]] = []
-        obs_codes, next_codes = self._plan(obs_b, next_b, int(stream), bool(self._stream_ended[stream]), new)
-        need = len(new)
-        nfree, self._tail, n = _make_room(
-            self._refs, self._free, self._nfree, self._obs_rows, self._next_rows,
-            self._tail, self._head, need, self._evicted,
+        stream = int(stream)
+        expected = self._stream_live[stream] and not self._stream_ended[stream]
+        slot, self._nfree, self._tail, n, continued = _add_kernel(
+            self._frame_words, self._refs, self._free, self._nfree, self._obs_rows, self._next_rows,
+            self._generation, self._stream_obs, self._stream_next, self._stream_live,
+            obs_w, next_w, stream, self._tail, self._head, self._evicted,
         )  # fmt: skip
-        evicted = self._evicted[:n].copy()
-        rows = self._free[nfree - need : nfree][::-1].copy()
-        self._nfree = nfree - need
-        if need:
-            self._frame_bytes[rows] = np.stack(new)
-        obs_rows, next_rows = _resolve(obs_codes, rows), _resolve(next_codes, rows)
-        slot = self._head % self.capacity
-        self._obs_rows[slot] = obs_rows
-        self._next_rows[slot] = next_rows
         self._action[slot] = action_a
         self._reward[slot] = reward_f
         self._discount[slot] = discount_f
-        self._generation[slot] = self._head
-        held = np.concatenate((obs_rows, next_rows))
-        _retain(self._refs, held)  # the transition's references
-        _retain(self._refs, held)  # the stream's, kept for sharing with its next transition
-        if self._stream_live[stream]:
-            previous = np.concatenate((self._stream_obs[stream], self._stream_next[stream]))
-            self._nfree = _release(self._refs, self._free, self._nfree, previous)
-        self._stream_obs[stream] = obs_rows
-        self._stream_next[stream] = next_rows
-        self._stream_live[stream] = True
         self._stream_ended[stream] = bool(episode_end)
         self._head += 1
-        return slot, evicted
+        if expected and not continued and self.frame_stack > 1:
+            warnings.warn(
+                f"obs does not continue the last transition of stream {stream} and was stored in full: "
+                "pass episode_end=True at the end of an episode, and one stream= per environment "
+                "when several share the memory",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return slot, self._evicted[:n].copy()
 
-    def _stack_bytes(self, value: npt.ArrayLike, name: str) -> npt.NDArray[np.uint8]:
-        array = to_numpy(value, name)
+    def _stack_words(self, value: npt.ArrayLike, name: str) -> npt.NDArray[Any]:
+        """``value`` checked and viewed as ``(frame_stack, words per frame)`` machine words."""
+        array = value if isinstance(value, np.ndarray) else to_numpy(value, name)
         if array.shape != self._stack_shape:
             raise ValueError(f"{name} should have shape {self._stack_shape}, but got shape {array.shape}")
-        array = np.ascontiguousarray(_cast(array, self.obs_dtype, name))
-        return array.reshape(self.frame_stack, -1).view(np.uint8)
-
-    def _plan(
-        self,
-        obs_b: npt.NDArray[np.uint8],
-        next_b: npt.NDArray[np.uint8],
-        stream: int,
-        ended: bool,
-        new: list[npt.NDArray[np.uint8]],
-    ) -> tuple[IntArray, IntArray]:
-        """Pool rows of both stacks: a row ``>= 0`` is shared, ``-j-1`` is ``new[j]`` (appended)."""
-        stack = self.frame_stack
-        frames = self._frame_bytes
-        live = bool(self._stream_live[stream])
-        last_obs, last_next = self._stream_obs[stream], self._stream_next[stream]
-        if live and np.array_equal(frames[last_next], obs_b):
-            obs_codes = last_next.astype(np.int64)
-        elif live and stack > 1 and np.array_equal(frames[last_obs[1:]], obs_b[:-1]):
-            new.append(obs_b[-1])  # a stack shifted by one frame (n-step transitions)
-            obs_codes = np.append(last_obs[1:].astype(np.int64), -len(new))
-        else:
-            if live and not ended and stack > 1:
-                warnings.warn(
-                    f"obs does not continue the last transition of stream {stream} and is stored in "
-                    "full: pass episode_end=True at the end of an episode, and one stream= per "
-                    "environment when several share the memory",
-                    RuntimeWarning,
-                    stacklevel=4,
-                )
-            obs_codes = self._plan_full(obs_b, new)
-        if np.array_equal(next_b[:-1], obs_b[1:]):
-            new.append(next_b[-1])
-            next_codes = np.append(obs_codes[1:], -len(new))
-        elif live and np.array_equal(frames[last_next[1:]], next_b[:-1]):
-            new.append(next_b[-1])
-            next_codes = np.append(last_next[1:].astype(np.int64), -len(new))
-        else:
-            next_codes = self._plan_full(next_b, new)
-        return obs_codes, next_codes
-
-    def _plan_full(self, stack_b: npt.NDArray[np.uint8], new: list[npt.NDArray[np.uint8]]) -> IntArray:
-        codes = np.empty(self.frame_stack, dtype=np.int64)
-        for j in range(self.frame_stack):
-            if j and np.array_equal(stack_b[j], stack_b[j - 1]):
-                codes[j] = codes[j - 1]  # repeated frames (a reset stack) share one row
-            else:
-                new.append(stack_b[j])
-                codes[j] = -len(new)
-        return codes
+        if array.dtype != self.obs_dtype:
+            array = _cast(array, self.obs_dtype, name)
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
+        return array.reshape(self.frame_stack, -1).view(self._word)
 
     # -- reads ----------------------------------------------------------------------------------
     def valid(self, slots: npt.ArrayLike) -> npt.NDArray[np.bool_]:
@@ -400,7 +443,8 @@ class ReplayMemory:
         ``discount`` (float32), ``next_obs`` and ``generation`` (the transition's number, int64).
 
         ``obs``/``next_obs`` have shape ``(k, frame_stack, *obs_shape)``, or ``(k, *obs_shape)``
-        when ``frame_stack = 1``.  Every slot must hold a live transition.
+        when ``frame_stack = 1``; they may be views of one array holding each frame once, so
+        write to copies.  Every slot must hold a live transition.
         """
         idx = self._slots(slots)
         dead = self._generation[idx] < self._tail
@@ -411,14 +455,23 @@ class ReplayMemory:
 
     def _gather(self, idx: IntArray) -> Batch:
         obs_rows, next_rows = self._obs_rows[idx], self._next_rows[idx]
-        if self.frame_stack == 1:
-            obs_rows, next_rows = obs_rows[:, 0], next_rows[:, 0]
+        stack = self.frame_stack
+        if stack > 1 and np.array_equal(obs_rows[:, 1:], next_rows[:, :-1]):
+            # next_obs shares all but its newest frame with obs: gather each frame once and
+            # return two overlapping views of the (k, frame_stack + 1, ...) result
+            both = self._frames[np.concatenate((obs_rows, next_rows[:, -1:]), axis=1)]
+            obs, next_obs = both[:, :stack], both[:, 1:]
+        else:
+            both = self._frames[np.stack((obs_rows, next_rows), axis=1)]  # (k, 2, stack, ...)
+            obs, next_obs = both[:, 0], both[:, 1]
+            if stack == 1:
+                obs, next_obs = obs[:, 0], next_obs[:, 0]
         return {
-            "obs": self._frames[obs_rows],
+            "obs": obs,
             "action": self._action[idx],
             "reward": self._reward[idx],
             "discount": self._discount[idx],
-            "next_obs": self._frames[next_rows],
+            "next_obs": next_obs,
             "generation": self._generation[idx],
         }
 

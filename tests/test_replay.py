@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 from collections import deque
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -321,3 +323,80 @@ def test_atari_footprint_per_transition() -> None:
     assert 84 * 84 < per_transition < 84 * 84 * 1.02 + 120
     replay = PrioritizedReplay(20_000, (84, 84), frame_stack=4)
     assert replay.nbytes - memory.nbytes < 60 * 20_000  # sampler and draw record: bytes per slot
+
+
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["add", "add", "sample", "update", "update_by_draw"]), st.integers(0, 2**16)
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    capacity=st.integers(1, 6),
+)
+def test_priorities_follow_their_transitions(ops: list[tuple[str, int]], capacity: int) -> None:
+    """Reference model: every live transition carries the last priority issued *for it* (updates
+    arrive late and out of order, tagged with ``batch["generation"]``; untagged ones count for the
+    generation of the slot's most recent draw), else its entry priority, the maximum over the
+    memory when it was added (Algorithm 1, line 6)."""
+    replay = PrioritizedReplay(capacity, (), obs_dtype=np.float32, backend="uniform", seed=0)
+    priority: dict[int, float] = {}  # generation -> expected raw priority, live transitions only
+    pending: list[tuple[np.ndarray, np.ndarray]] = []  # drawn (slots, generations) not yet updated
+    added = 0
+    for op, value in ops:
+        rng = np.random.default_rng(value)
+        if op == "add" or added == 0:
+            live_before = [g for g in priority if g > added - capacity]
+            entry = max((priority[g] for g in live_before), default=1.0)
+            replay.add(float(added), 0, 0.0, 1.0, float(added + 1))
+            priority = {g: priority[g] for g in live_before}
+            priority[added] = entry
+            added += 1
+        elif op == "sample":
+            batch, draw = replay.sample(int(rng.integers(1, 4)))
+            pending.append((draw.indices, batch["generation"]))
+        elif pending:
+            slots, generations = pending.pop(int(rng.integers(len(pending))))
+            values = rng.random(slots.shape[0]).round(3) * 10
+            if op == "update":
+                replay.update_priorities(slots, values, generations=generations)
+            else:  # the documented rule: the generation of the slot's most recent draw decides
+                generations = replay._drawn[slots]
+                replay.update_priorities(slots, values)
+            for generation, v in zip(generations.tolist(), values.tolist(), strict=True):
+                if generation in priority:
+                    priority[generation] = v
+        raw = replay.sampler.priorities
+        live = replay.memory.valid(np.arange(capacity))
+        generations_now = replay.memory.generations(np.arange(capacity))
+        assert sorted(generations_now[live].tolist()) == sorted(priority)
+        for slot in np.flatnonzero(live):
+            assert raw[slot] == priority[int(generations_now[slot])]
+
+
+def test_n_step_transitions_share_frames() -> None:
+    """``(s_t, s_{t+n})`` pairs: both stacks move on by one frame per add, two new frames each."""
+    n, stack = 3, 4
+    env = StackingEnv(np.random.default_rng(0), stack)
+    stacks = [env.reset()] + [env.step() for _ in range(40)]
+    memory = ReplayMemory(16, FRAME, frame_stack=stack)
+    for t in range(len(stacks) - n):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # moved-on stacks are a continuation: no warning
+            memory.add(stacks[t], 0, 0.0, 1.0, stacks[t + n])
+    batch = memory.get(np.arange(16))
+    order = np.argsort(batch["generation"])
+    first = int(batch["generation"].min())
+    np.testing.assert_array_equal(batch["obs"][order], np.stack(stacks[first : first + 16]))
+    np.testing.assert_array_equal(batch["next_obs"][order], np.stack(stacks[first + n : first + n + 16]))
+    assert memory.num_frames <= 2 * 16 + 2 * stack
+
+
+def test_torch_inputs_and_vector_actions() -> None:
+    memory = ReplayMemory(4, (3,), obs_dtype=np.float32, action_shape=(2,), action_dtype=np.float32)
+    slot = memory.add(torch.ones(3), torch.tensor([0.5, -0.5]), torch.tensor(1.0), 0.99, torch.zeros(3))
+    batch = memory.get(torch.tensor([slot]))
+    assert batch["action"].tolist() == [[0.5, -0.5]]
+    assert batch["obs"].tolist() == [[1.0, 1.0, 1.0]] and batch["next_obs"].tolist() == [[0.0] * 3]
+    assert batch["reward"].dtype == np.float32 and batch["discount"][0] == np.float32(0.99)
