@@ -248,6 +248,27 @@ class UniformBackend:
         self.pos[dense] = np.arange(self.count, dtype=np.int32)
 
 
+def rank_memory_max(
+    backend: RankBackend, corrections: FloatArray, max_correction: float, beta: float, min_probability: float
+) -> float:
+    """``max_j (c_j / max c) (P_min / P(j))^β`` over the valid slots of a rank backend, exactly.
+
+    ``P`` is constant on each segment of the piecewise power law and does not grow with rank, so
+    segments are visited from the least probable up and the scan stops once ``max_j c_j`` times
+    the segment's factor ``(P_min / P_segment)^β`` cannot beat the best found.
+    """
+    backend.min_probability()  # brings the segments up to date
+    density, starts = backend._density, backend._starts
+    best = 0.0
+    for segment in range(density.shape[0] - 1, -1, -1):
+        factor = min(min_probability / density[segment], 1.0) ** beta
+        if factor <= best:
+            break
+        slots = backend.order.select(np.arange(starts[segment], starts[segment + 1], dtype=np.int64))
+        best = max(best, float(corrections[slots].max()) / max_correction * factor)
+    return best
+
+
 BACKENDS = ("proportional", "rank", "greedy", "uniform")
 
 

@@ -19,15 +19,22 @@ import torch
 from torch.utils.data import Sampler
 
 from prisample._validation import as_indices, as_priorities, check_positive_int, check_real, check_slots
-from prisample.backends import BACKENDS, Backend, ProportionalBackend, make_backend
+from prisample.backends import (
+    BACKENDS,
+    Backend,
+    ProportionalBackend,
+    make_backend,
+    rank_memory_max,
+)
+from prisample.rank import RankBackend
 from prisample.trees import ArgMaxTree
 from prisample.weights import (
     WEIGHT_NORMS,
     LinearSchedule,
     WeightNorm,
     check_beta,
-    corrected_memory_max,
     corrected_weights_unchecked,
+    log_memory_max,
     weights_unchecked,
 )
 
@@ -153,6 +160,8 @@ class PrioritizedSampler(Sampler[int]):
         # samplers that never use them pay nothing.
         self._corrections: npt.NDArray[np.float64] | None = None
         self._corrections_max: ArgMaxTree | None = None
+        self._log_corrections: npt.NDArray[np.float64] | None = None  # log c_i
+        self._log_shifted: npt.NDArray[np.float64] | None = None  # log(p_i + ε), proportional only
         self._writes = 0  # bumped by every change of the distribution or the corrections
         self._memory_max_cache: tuple[int, float, float] | None = None
         if initial:
@@ -223,7 +232,10 @@ class PrioritizedSampler(Sampler[int]):
     @property
     def nbytes(self) -> int:
         """Bytes held in the sampler's arrays (priorities, corrections, the backend's structure)."""
-        return _arrays_nbytes(self._raw, self._backend, self._corrections, self._corrections_max)
+        return _arrays_nbytes(
+            self._raw, self._backend, self._corrections, self._corrections_max,
+            self._log_corrections, self._log_shifted,
+        )  # fmt: skip
 
     # -- writes ---------------------------------------------------------------------------------
     def add(self, indices: npt.ArrayLike, *, corrections: npt.ArrayLike | None = None) -> None:
@@ -236,11 +248,11 @@ class PrioritizedSampler(Sampler[int]):
         check_slots(self._raw, idx, need_filled=False)
         factors = None if corrections is None else self._check_corrections(corrections, idx)
         self._backend.write(idx, np.full(idx.shape[0], self.max_priority))
-        self._writes += 1
+        self._priorities_written(idx)
         if factors is not None:
             self._write_corrections(idx, factors)
         elif self._corrections_max is not None:
-            self._corrections_max.write(idx, np.ones(idx.shape[0]))
+            self._write_corrections(idx, np.ones(idx.shape[0]))
 
     def set_corrections(self, indices: npt.ArrayLike, corrections: npt.ArrayLike) -> None:
         """Set the correction factors ``c_i`` of filled slots; last duplicate wins.
@@ -272,11 +284,30 @@ class PrioritizedSampler(Sampler[int]):
         return factors
 
     def _write_corrections(self, idx: npt.NDArray[np.int64], factors: npt.NDArray[np.float64]) -> None:
+        """``c[idx] = factors`` (NaN empties), keeping the arg-max index and the logs in step."""
         if self._corrections_max is None:
-            self._corrections = np.where(np.isnan(self._raw), np.nan, 1.0)
-            self._corrections_max = ArgMaxTree(self._corrections)
+            self._start_corrections(np.where(np.isnan(self._raw), np.nan, 1.0))
+        assert self._corrections_max is not None and self._corrections is not None
+        assert self._log_corrections is not None
         self._corrections_max.write(idx, factors)
+        with np.errstate(divide="ignore"):  # log 0 = -inf: a zero factor never sets the maximum
+            self._log_corrections[idx] = np.log(self._corrections[idx])  # after the write: last wins
         self._writes += 1
+
+    def _start_corrections(self, corrections: npt.NDArray[np.float64]) -> None:
+        self._corrections = corrections
+        self._corrections_max = ArgMaxTree(corrections)
+        with np.errstate(divide="ignore"):
+            self._log_corrections = np.log(corrections)
+            self._log_shifted = (
+                np.log(self._raw + self._eps) if self.backend_name == "proportional" else None
+            )
+
+    def _priorities_written(self, idx: npt.NDArray[np.int64]) -> None:
+        self._writes += 1
+        if self._log_shifted is not None:
+            with np.errstate(divide="ignore"):
+                self._log_shifted[idx] = np.log(self._raw[idx] + self._eps)
 
     def update_priorities(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
         """Set raw priorities (``|δ|`` or a per-sample loss) of filled slots; last duplicate wins.
@@ -288,16 +319,16 @@ class PrioritizedSampler(Sampler[int]):
         values = as_priorities(priorities, idx.shape[0])
         check_slots(self._raw, idx, values)
         self._backend.write(idx, values)
-        self._writes += 1
+        self._priorities_written(idx)
 
     def remove(self, indices: npt.ArrayLike) -> None:
         """Empty slots: they are never drawn until added again."""
         idx = as_indices(indices)
         check_slots(self._raw, idx, need_filled=False)
         self._backend.write(idx, np.full(idx.shape[0], np.nan))
-        self._writes += 1
+        self._priorities_written(idx)
         if self._corrections_max is not None:
-            self._corrections_max.write(idx, np.full(idx.shape[0], np.nan))
+            self._write_corrections(idx, np.full(idx.shape[0], np.nan))
 
     # -- draws ----------------------------------------------------------------------------------
     def sample(self, k: int) -> Draw:
@@ -344,30 +375,40 @@ class PrioritizedSampler(Sampler[int]):
         assert self._corrections is not None
         factors = self._corrections[slots]
         n, norm = self._backend.count, self.weight_norm
-        if self.backend_name == "greedy":  # no importance sampling: the factors alone
-            ones = np.ones(slots.shape[0])
-            top = self._max_correction() if norm == "memory" else 1.0
-            return corrected_weights_unchecked(ones, factors, n, 0.0, norm, 1.0, top)
-        beta = self.beta
+        greedy = self.backend_name == "greedy"  # no importance sampling: the factors alone
+        p = np.ones(slots.shape[0]) if greedy else probabilities
+        beta = 0.0 if greedy else self.beta
         min_probability, memory_max = 1.0, 1.0
         if norm == "memory":
-            min_probability = self._backend.min_probability()
-            memory_max = self._memory_max(beta, min_probability)
-        return corrected_weights_unchecked(
-            probabilities, factors, n, beta, norm, min_probability, memory_max
-        )
+            # Factors are taken relative to the largest in the memory, so tiny ones cannot
+            # underflow the normaliser to 0.
+            top = self._max_correction()
+            if not top > 0.0:
+                return np.zeros(slots.shape[0], dtype=np.float32)
+            factors = factors / top
+            if not greedy:
+                min_probability = self._backend.min_probability()
+                memory_max = self._memory_max(beta, min_probability, top)
+        return corrected_weights_unchecked(p, factors, n, beta, norm, min_probability, memory_max)
 
     def _max_correction(self) -> float:
         assert self._corrections is not None and self._corrections_max is not None
         slot = self._corrections_max.argmax()
         return float(self._corrections[slot]) if slot >= 0 else 0.0
 
-    def _memory_max(self, beta: float, min_probability: float) -> float:
-        """``max_j c_j (P_min / P(j))^β`` over valid slots with ``P(j) > 0``.
+    def _memory_max(self, beta: float, min_probability: float, top: float) -> float:
+        """``max_j (c_j / top) (P_min / P(j))^β`` over valid slots with ``P(j) > 0``, exactly
+        (``top = max_j c_j``, so the result lies in ``(0, 1]``).
 
-        ``O(1)`` through the arg-max index of the corrections when every valid slot has the same
-        probability (uniform backend, ``α = 0``) or ``β = 0``, and every valid slot can be drawn;
-        otherwise one ``O(N)`` pass, cached until the next write or ``β`` change.
+        * every drawable slot equally likely (uniform backend, ``α = 0``) or ``β = 0``:
+          ``max_j c_j``, ``O(1)`` from the arg-max index of the corrections;
+        * proportional: ``P(j) ∝ exp(α log(p_j + ε))``, so the maximum is that of
+          ``log c_j - αβ log(p_j + ε)``, one ``O(N)`` pass over two kept log arrays (no powers);
+        * rank: ``P`` is constant on each segment of the power law and falls with rank, so the
+          segments are scanned from the least probable up, each giving ``max c`` of its slots,
+          stopping once ``max_j c_j (P_min / P_segment)^β`` cannot beat the best so far.
+
+        Cached until the next write or change of ``β``.
         """
         zero_mass = (
             isinstance(self._backend, ProportionalBackend)
@@ -377,15 +418,20 @@ class PrioritizedSampler(Sampler[int]):
         )
         flat = self.backend_name == "uniform" or self._alpha == 0.0 or beta == 0.0
         if flat and not zero_mass:
-            return self._max_correction()
+            return 1.0
         cached = self._memory_max_cache
         if cached is not None and cached[0] == self._writes and cached[1] == beta:
             return cached[2]
-        assert self._corrections is not None
-        valid = np.flatnonzero(~np.isnan(self._raw))
-        value = corrected_memory_max(
-            self._backend.probabilities(valid), self._corrections[valid], beta, min_probability
-        )
+        assert self._corrections is not None and self._log_corrections is not None
+        if isinstance(self._backend, ProportionalBackend):
+            assert self._log_shifted is not None
+            value = log_memory_max(
+                self._log_corrections, self._log_shifted, self._alpha, beta,
+                min_probability, self._backend.tree.total(), top,
+            )  # fmt: skip
+        else:
+            assert isinstance(self._backend, RankBackend)
+            value = rank_memory_max(self._backend, self._corrections, top, beta, min_probability)
         self._memory_max_cache = (self._writes, beta, value)
         return value
 
@@ -476,6 +522,8 @@ class PrioritizedSampler(Sampler[int]):
         self._backend = make_backend(self.backend_name, self._raw, self._alpha, self._eps)
         self._backend.load_state_dict(backend_state)
         self._rng = rng
-        self._corrections = corrections
-        self._corrections_max = None if corrections is None else ArgMaxTree(corrections)
+        self._corrections = self._corrections_max = None
+        self._log_corrections = self._log_shifted = None
+        if corrections is not None:
+            self._start_corrections(corrections)
         self._writes += 1

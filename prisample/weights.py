@@ -40,7 +40,7 @@ def importance_weights(
       paper's Algorithm 1 (line 10) and App. B.2.1; it gives ``w_i = (P_min / P(i))^β``.
     * ``"batch"`` — divide by the largest weight in this batch (the ``max`` of the given
       probabilities' weights), as several libraries do; a batch-dependent scale.
-    * ``"none"`` — the raw ``(N · P(i))^-β``.
+    * ``"none"`` — the raw ``(N · P(i))^-β`` (clipped to float32's largest value).
 
     >>> importance_weights([0.5, 0.25], n=4, beta=1.0, normalize="batch").tolist()
     [0.5, 1.0]
@@ -63,6 +63,11 @@ def importance_weights(
     return weights_unchecked(p, int(n), beta, normalize, min_probability or 1.0)
 
 
+# Unnormalised weights of tiny probabilities (a tiny priority with ε = 0) can pass float32's range:
+# they are clipped to its largest value rather than becoming inf.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 @numba.njit(cache=True)
 def _weights(p: np.ndarray, n: int, beta: float, mode: int, min_probability: float, out: np.ndarray) -> None:
     if mode == 1:
@@ -74,7 +79,7 @@ def _weights(p: np.ndarray, n: int, beta: float, mode: int, min_probability: flo
         if not p[j] > 0.0:
             out[j] = 0.0  # never drawn (a zero mass with eps=0): no finite weight to give
         elif mode == 2:
-            out[j] = (n * p[j]) ** -beta
+            out[j] = min((n * p[j]) ** -beta, _FLOAT32_MAX)
         else:
             # min(...) guards against rounding: every valid slot has P(i) >= P_min.
             out[j] = min(min_probability / p[j], 1.0) ** beta
@@ -92,22 +97,26 @@ def _corrected_weights(
     out: np.ndarray,
 ) -> None:
     scale = memory_max
+    top = 1.0
     if mode == 1:
         min_probability = math.inf
+        top = 0.0  # factors relative to the batch's largest: tiny ones cannot underflow the scale
         for j in range(p.shape[0]):
             if p[j] > 0.0:
                 min_probability = min(min_probability, p[j])
+                top = max(top, c[j])
         scale = 0.0
-        for j in range(p.shape[0]):
-            if p[j] > 0.0:
-                scale = max(scale, c[j] * min(min_probability / p[j], 1.0) ** beta)
+        if top > 0.0:
+            for j in range(p.shape[0]):
+                if p[j] > 0.0:
+                    scale = max(scale, c[j] / top * min(min_probability / p[j], 1.0) ** beta)
     for j in range(p.shape[0]):
         if not p[j] > 0.0:
             out[j] = 0.0
         elif mode == 2:
-            out[j] = c[j] * (n * p[j]) ** -beta
+            out[j] = min(c[j] * (n * p[j]) ** -beta, _FLOAT32_MAX)
         elif scale > 0.0:
-            out[j] = min(c[j] * min(min_probability / p[j], 1.0) ** beta / scale, 1.0)
+            out[j] = min(c[j] / top * min(min_probability / p[j], 1.0) ** beta / scale, 1.0)
         else:
             out[j] = 0.0  # every correction in the memory (or batch) is 0
 
@@ -128,20 +137,34 @@ def weights_unchecked(
 
 
 @numba.njit(cache=True)
-def _memory_max(p: np.ndarray, c: np.ndarray, beta: float, min_probability: float) -> float:
-    best = 0.0
-    for j in range(p.shape[0]):
-        if p[j] > 0.0:
-            best = max(best, c[j] * min(min_probability / p[j], 1.0) ** beta)
+def _log_max(log_c: np.ndarray, log_shifted: np.ndarray, slope: float, alpha: float) -> float:
+    best = -math.inf
+    for j in range(log_c.shape[0]):
+        shifted = log_shifted[j]
+        if math.isnan(shifted) or (alpha > 0.0 and shifted == -math.inf):
+            continue  # an empty slot, or a zero priority with ε = 0 (probability 0)
+        best = max(best, log_c[j] - slope * shifted)
     return best
 
 
-def corrected_memory_max(
-    p: npt.NDArray[np.float64], c: npt.NDArray[np.float64], beta: float, min_probability: float
+def log_memory_max(
+    log_c: npt.NDArray[np.float64],
+    log_shifted: npt.NDArray[np.float64],
+    alpha: float,
+    beta: float,
+    min_probability: float,
+    total: float,
+    scale: float = 1.0,
 ) -> float:
-    """``max_j c_j (P_min / P(j))^β`` over slots with ``P(j) > 0``: ``max_j c_j (N·P(j))^-β``
-    divided by ``(N·P_min)^-β``, so every factor stays in ``[0, max c]`` (no overflow)."""
-    return float(_memory_max(p, c, beta, min_probability))
+    """``max_j (c_j / scale) (P_min / P(j))^β`` for the proportional ``P(j) = (p_j + ε)^α / total``.
+
+    ``log c_j - αβ log(p_j + ε)`` is maximised in one pass over the kept logs (``NaN`` = empty
+    slot), then ``c_j (P_min / P(j))^β = exp(that + β (log P_min + log total))``.
+    """
+    best = float(_log_max(log_c, log_shifted, alpha * beta, alpha))
+    if best == -math.inf or not min_probability > 0.0 or not scale > 0.0:
+        return 0.0
+    return math.exp(best - math.log(scale) + beta * (math.log(min_probability) + math.log(total)))
 
 
 def corrected_weights_unchecked(
@@ -155,8 +178,8 @@ def corrected_weights_unchecked(
 ) -> npt.NDArray[np.float32]:
     """``w_i = c_i (N·P(i))^-β`` with a per-slot correction ``c_i >= 0``, normalised as chosen.
 
-    ``"memory"`` divides by ``max_j c_j (N·P(j))^-β`` over the memory, passed as
-    ``memory_max`` = :func:`corrected_memory_max` of the whole memory; ``"batch"`` by the batch's
+    ``"memory"`` divides by ``max_j c_j (N·P(j))^-β`` over the memory, passed in the overflow-free
+    form ``memory_max = max_j c_j (P_min / P(j))^β`` (:func:`log_memory_max`); ``"batch"`` by the batch's
     largest; ``"none"`` leaves it raw.  With ``α = 0``, ``β = 1`` and ``c = ρ`` the memory-normalised
     weight is ``ρ_i / max_j ρ_j`` (weighted importance sampling in replay, Sec. 6).
     A probability of 0 gets weight 0; if every correction is 0 all weights are 0.

@@ -54,7 +54,7 @@ def weight_formula(
     with np.errstate(over="ignore"):
         raw[drawable] = c[drawable] * (n * p[drawable]) ** -beta
     if normalize == "none":
-        return raw
+        return np.minimum(raw, np.finfo(np.float32).max)  # clipped, never inf
     if normalize == "memory":
         top = (n * min_probability) ** -beta if memory_max is None else memory_max
     elif normalize == "batch":
