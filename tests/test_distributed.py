@@ -1,21 +1,27 @@
-"""DistributedPrioritizedSampler under DDP: two CPU processes on gloo hold identical priorities, and
-the union of their slices of each batch is what one process draws with the same seed."""
+"""DistributedPrioritizedSampler under DDP: two CPU processes on gloo (torch.distributed directly,
+and a Lightning ddp_spawn run) hold identical priorities, and the union of their slices of each
+batch is what one process draws with the same seed."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
+from typing import Any
 
+import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.utils.data import DataLoader
+from torch.nn import functional
+from torch.utils.data import DataLoader, TensorDataset
 
 from prisample import IndexedDataset, PrioritizedSampler
 from prisample.distributed import DistributedPrioritizedSampler
+from prisample.lightning import PrioritizedSamplingCallback
 
 CAPACITY, BATCH, EPOCHS, WORLD = 37, 3, 3, 2  # 19 indices per rank per epoch: batches 3,3,3,3,3,3,1
 
@@ -46,15 +52,29 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
         record["priorities"] = [base.priorities.tolist()]
         record["len"] = [[len(sampler)]]
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(record))
+        # The same two processes then run Lightning's DDP strategy on this process group.
+        os.environ.update(WORLD_SIZE=str(WORLD), RANK=str(rank), LOCAL_RANK=str(rank), NODE_RANK="0")
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="1")  # unused: the group exists
+        trainer = pl.Trainer(
+            strategy="ddp", devices=WORLD, accelerator="cpu", max_steps=12, logger=False,
+            callbacks=[PrioritizedSamplingCallback()], use_distributed_sampler=False,
+            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        )  # fmt: skip
+        trainer.fit(_DDPModel(out_dir), datamodule=_DDPData())
     finally:
         dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, list[list[float]]]]:
+def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("ddp")
     mp.start_processes(_worker, args=(str(tmp / "init"), str(tmp)), nprocs=WORLD, start_method="spawn")
-    return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def ranks(out_dir: Path) -> list[dict[str, list[list[float]]]]:
+    return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(WORLD)]
 
 
 def test_ranks_hold_identical_priorities(ranks: list[dict[str, list[list[float]]]]) -> None:
@@ -135,3 +155,55 @@ def test_take_rejects_a_batch_that_was_not_drawn_next() -> None:
     sampler.take(second)
     with pytest.raises(ValueError, match="none is pending"):
         sampler.take(first)
+
+
+class _DDPData(pl.LightningDataModule):
+    def setup(self, stage: str) -> None:
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.randn(CAPACITY, 5, generator=g), torch.randint(0, 3, (CAPACITY,), generator=g)
+        self.data = TensorDataset(x, y)
+        self.sampler = DistributedPrioritizedSampler(
+            PrioritizedSampler(CAPACITY, alpha=0.8, beta=0.5, batch_size=BATCH, seed=1234)
+        )
+
+    def train_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(IndexedDataset(self.data), batch_size=BATCH, sampler=self.sampler)
+
+
+class _DDPModel(pl.LightningModule):
+    def __init__(self, out_dir: str) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(5, 3)
+        self.out_dir = out_dir
+        self.steps: list[dict[str, list[float]]] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor]:
+        indices, x, y = batch
+        per_sample = functional.cross_entropy(self.layer(x), y, reduction="none")
+        self.steps.append({"indices": indices.tolist(), "losses": per_sample.double().tolist()})
+        return {"loss": per_sample.mean(), "per_sample_loss": per_sample.detach()}
+
+    def on_train_end(self) -> None:
+        sampler = self.trainer.datamodule.sampler  # type: ignore[attr-defined]
+        record = {"steps": self.steps, "priorities": sampler.sampler.priorities.tolist()}
+        Path(self.out_dir, f"lightning{self.global_rank}.json").write_text(json.dumps(record))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.5)
+
+
+def test_lightning_ddp_ranks_stay_identical(out_dir: Path) -> None:
+    """Lightning's DDP strategy with the callback: identical priorities, slices that make up one draw."""
+    ranks = [json.loads((out_dir / f"lightning{r}.json").read_text()) for r in range(WORLD)]
+    np.testing.assert_array_equal(ranks[0]["priorities"], ranks[1]["priorities"])
+    reference = PrioritizedSampler(CAPACITY, alpha=0.8, beta=0.5, batch_size=BATCH, seed=1234)
+    assert len(ranks[0]["steps"]) == len(ranks[1]["steps"]) == 12
+    for step in range(12):
+        slices = [np.asarray(r["steps"][step]["indices"]) for r in ranks]
+        draw = reference.sample(slices[0].shape[0] * WORLD)
+        for r in range(WORLD):
+            np.testing.assert_array_equal(slices[r], draw.indices[r::WORLD])
+        reference.update_priorities(
+            np.concatenate(slices), np.concatenate([r["steps"][step]["losses"] for r in ranks])
+        )
+    np.testing.assert_array_equal(reference.priorities, ranks[0]["priorities"])
