@@ -215,6 +215,23 @@ def _real(value: Any, name: str) -> float:
     return number
 
 
+def _warn_if_too_large(nbytes: int) -> None:
+    """Warn before preallocating more than the memory available (the pages are touched later)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            fields = dict(line.split(":", 1) for line in meminfo)
+        available = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return
+    if nbytes > available:
+        warnings.warn(
+            f"the replay memory needs {nbytes / 2**30:.1f} GiB but only {available / 2**30:.1f} GiB "
+            "are available: the process may be killed as it fills up",
+            ResourceWarning,
+            stacklevel=3,
+        )
+
+
 def _shape(value: Any, name: str) -> tuple[int, ...]:
     try:
         shape = tuple(value)
@@ -289,6 +306,8 @@ class ReplayMemory:
             raise ValueError(f"frame_capacity should be below 2**31, but got frame_capacity={frame_capacity}")
         self._stack_shape = (stack, *self.obs_shape) if stack > 1 else self.obs_shape
         f, c = self.frame_capacity, self.capacity
+        action_nbytes = self.action_dtype.itemsize * math.prod(self.action_shape)
+        _warn_if_too_large(f * frame_nbytes + c * (8 * stack + 16 + action_nbytes))
         self._frames = np.zeros((f, *self.obs_shape), dtype=self.obs_dtype)
         # Frames are compared and copied as the widest machine words that divide their size.
         words = (np.dtype(np.uint64), np.dtype(np.uint32), np.dtype(np.uint16), np.dtype(np.uint8))
@@ -566,6 +585,13 @@ class ReplayMemory:
                 )
         if not (0 <= nfree <= self.frame_capacity and 0 <= tail <= head and head - tail <= self.capacity):
             raise ValueError(f"state_dict counters are inconsistent: nfree={nfree}, tail={tail}, head={head}")
+        f = self.frame_capacity
+        for name in ("obs_rows", "next_rows", "stream_obs", "stream_next", "free"):
+            rows = arrays[name] if name != "free" else arrays[name][:nfree]
+            if rows.size and (rows.min() < 0 or rows.max() >= f):  # the kernels index with these
+                raise ValueError(f"state_dict {name} should hold frame rows in [0, {f})")
+        if arrays["generation"].max() >= head or arrays["refs"].min() < 0:
+            raise ValueError("state_dict generation or refs are inconsistent with its counters")
         return arrays
 
 
@@ -699,8 +725,9 @@ class PrioritizedReplay:
             self.sampler.update_priorities(idx[keep], values[keep])
 
     # -- checkpointing --------------------------------------------------------------------------
-    def state_dict(self, include_memory: bool = False) -> dict[str, Any]:
-        """Sampler state and draw record, plus the memory's state when ``include_memory``."""
+    def state_dict(self, include_memory: bool = False, *, copy: bool = True) -> dict[str, Any]:
+        """Sampler state and draw record, plus the memory's state when ``include_memory``
+        (``copy`` as in :meth:`ReplayMemory.state_dict`)."""
         state: dict[str, Any] = {
             "version": STATE_VERSION,
             "sampler": self.sampler.state_dict(),
@@ -708,7 +735,7 @@ class PrioritizedReplay:
             "dropped_updates": self.dropped_updates,
         }
         if include_memory:
-            state["memory"] = self.memory.state_dict()
+            state["memory"] = self.memory.state_dict(copy=copy)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prisample.replay import PrioritizedReplay, ReplayMemory
+from prisample.replay import PrioritizedReplay, ReplayMemory, _warn_if_too_large
 
 FRAME = (5, 4)
 
@@ -400,3 +400,24 @@ def test_torch_inputs_and_vector_actions() -> None:
     assert batch["action"].tolist() == [[0.5, -0.5]]
     assert batch["obs"].tolist() == [[1.0, 1.0, 1.0]] and batch["next_obs"].tolist() == [[0.0] * 3]
     assert batch["reward"].dtype == np.float32 and batch["discount"][0] == np.float32(0.99)
+
+
+def test_corrupt_state_is_rejected_before_the_kernels_see_it() -> None:
+    memory = ReplayMemory(4, FRAME, frame_stack=2)
+    recorder = Recorder(memory.add, 2, 1, seed=0)
+    for _ in range(6):
+        recorder.step()
+    state = memory.state_dict()
+    state["obs_rows"] = state["obs_rows"] + memory.frame_capacity
+    fresh = ReplayMemory(4, FRAME, frame_stack=2)
+    with pytest.raises(ValueError, match="obs_rows should hold frame rows"):
+        fresh.load_state_dict(state)
+    assert len(fresh) == 0 and fresh.num_frames == 0
+
+
+def test_huge_memory_warns_before_allocating() -> None:
+    with pytest.warns(ResourceWarning, match="GiB"):
+        _warn_if_too_large(2**62)  # what ReplayMemory checks before its arrays are allocated
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_if_too_large(2**20)
