@@ -49,20 +49,24 @@ class SweepConfig(DDQNConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        unknown = [a for a in self.arm_list if a not in ARMS]
-        if unknown or not self.arm_list:
+        unknown = [a for a in arm_list(self) if a not in ARMS]
+        if unknown or not arm_list(self):
             raise ValueError(f"arms should be a comma-separated subset of {ARMS}, but got arms={self.arms!r}")
         if self.seeds < 1 or self.jobs < 1:
             raise ValueError(f"seeds and jobs should be >= 1, but got seeds={self.seeds}, jobs={self.jobs}")
 
-    @property
-    def arm_list(self) -> list[str]:
-        return [a.strip() for a in self.arms.split(",") if a.strip()]
 
-    def run_config(self, arm: str, seed: int) -> DDQNConfig:
-        base = {f.name: getattr(self, f.name) for f in fields(DDQNConfig)}
-        base.update(arm=arm, seed=seed, progress=False, run_name=None)
-        return DDQNConfig(**base)
+
+def arm_list(config: SweepConfig) -> list[str]:
+    """The sweep's arms, in the order given."""
+    return [a.strip() for a in config.arms.split(",") if a.strip()]
+
+
+def run_config(config: SweepConfig, arm: str, seed: int) -> DDQNConfig:
+    """The :class:`DDQNConfig` of one run of the sweep."""
+    base = {f.name: getattr(config, f.name) for f in fields(DDQNConfig)}
+    base.update(arm=arm, seed=seed, progress=False, run_name=None)
+    return DDQNConfig(**base)
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,7 @@ def _run(config: DDQNConfig) -> dict[str, Any]:
 def sweep(config: SweepConfig) -> dict[str, Any]:
     """Run every (arm, seed), then write ``<out>.json``, ``<out>.png`` and ``<out>.md``."""
     os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the workers before torch starts there
-    runs = [config.run_config(arm, config.seed + k) for arm in config.arm_list for k in range(config.seeds)]
+    runs = [run_config(config, arm, config.seed + k) for arm in arm_list(config) for k in range(config.seeds)]
     started = time.perf_counter()
     results: list[dict[str, Any] | None] = [None] * len(runs)
     bar = tqdm(total=len(runs), desc=f"sweep {config.env}", unit="run")
@@ -244,7 +248,7 @@ def write_markdown(
     config: SweepConfig, results: list[dict[str, Any]], curves: dict[str, Any], wall: float, path: Path
 ) -> None:
     """The sweep's record: command, machine, hyper-parameters, per-arm summary, per-run speed."""
-    resolved = asdict(resolve(config.run_config(config.arm_list[0], config.seed)))
+    resolved = asdict(resolve(run_config(config, arm_list(config)[0], config.seed)))
     scores = load_atari_scores().get(atari_rom(config.env)) if env_family(config.env) == "atari" else None
     lines = [
         f"# Double DQN replay arms on {config.env}",
