@@ -279,3 +279,28 @@ def test_eps_zero_alpha_change_rejects_underflow():
     with pytest.raises(ValueError, match="priorities"):
         squared.update_priorities([0], [1e-200])
     assert squared.priorities.tolist() == [1.0]
+
+
+@pytest.mark.parametrize("backend", ["proportional", "rank"])
+@pytest.mark.parametrize("layout", ["random", "anti"])
+def test_memory_maximum_matches_brute_force_on_large_memories(backend, layout):
+    """Thousands of slots (rank: many slots per power-law segment, so the segment scan's early
+    stop is exercised): the weights equal ``c_i (N·P(i))^-β / max_j c_j (N·P(j))^-β`` computed over
+    every slot.  'anti' puts the largest factors on the most probable slots, the case where the
+    scan must go far and the joint maximum differs most from ``max c · (N·P_min)^-β``."""
+    n = 3000
+    rng = np.random.default_rng(7)
+    priorities = rng.exponential(size=n)
+    order = np.argsort(np.argsort(priorities))
+    c = rng.uniform(0.0, 4.0, size=n) if layout == "random" else 0.01 + order / n
+    s = PrioritizedSampler(n, alpha=0.7, beta=LinearSchedule(0.3, 1.0, 3), backend=backend, seed=0)
+    s.update_priorities(np.arange(n), priorities)
+    s.set_corrections(np.arange(n), c)
+    for _ in range(4):
+        p = s.probabilities(np.arange(n))
+        raw = c * (n * p) ** -s.beta
+        np.testing.assert_allclose(s.weights(np.arange(n)), raw / raw.max(), rtol=1e-5)
+        d = s.sample(32)
+        np.testing.assert_allclose(d.weights, raw[d.indices] / raw.max(), rtol=1e-5)
+        s.update_priorities(d.indices, rng.exponential(size=32))
+        priorities[d.indices] = s.priorities[d.indices]
