@@ -447,9 +447,13 @@ def memories(problem_: Problem, step: Step, config: OffPolicyConfig, seed: int) 
 ArmResult = dict[str, Any]
 
 
-def run_seed(env_name: str, config: OffPolicyConfig, seed: int, model: Model | None = None,
-             step: Step | None = None) -> dict[str, dict[str, ArmResult]]:  # fmt: skip
-    """Every (representation, arm) of one seed on one environment: ``{rep: {arm: result}}``."""
+def run_seed(
+    env_name: str, config: OffPolicyConfig, seed: int, model: Model | None = None, step: Step | None = None,
+    on_run: Callable[[str, str, Run], None] | None = None,
+) -> dict[str, dict[str, ArmResult]]:  # fmt: skip
+    """Every (representation, arm) of one seed on one environment: ``{rep: {arm: result}}``.
+
+    ``on_run(representation, arm, run)`` is called after each run (the progress bar)."""
     if model is None or step is None:
         env = make_env(env_name)
         model, step = model_of(env), env_stepper(env, seed)
@@ -466,6 +470,8 @@ def run_seed(env_name: str, config: OffPolicyConfig, seed: int, model: Model | N
             theta = fixed_point(memory, effective_weights(arm, memory, config), groups)
             limit = float(np.sqrt(np.mean((theta[groups[prob.evaluate]] - prob.v_true[prob.evaluate]) ** 2)))
             out[rep][arm] = {"run": run, "fixed_point_rmse": limit}
+            if on_run is not None:
+                on_run(rep, arm, run)
     return out
 
 
@@ -492,19 +498,24 @@ def run_experiment(config: OffPolicyConfig, progress: bool = True) -> Results:
         env: {rep: {arm: {} for arm in config.arms} for rep in config.representations} for env in config.envs
     }
     per_seed: dict[tuple[str, int], dict[str, dict[str, ArmResult]]] = {}
-    bar = tqdm(total=len(tasks), desc="offpolicy", unit="seed", disable=not progress)
+    runs_per_task = len(config.representations) * len(config.arms)
+    bar = tqdm(total=len(tasks) * runs_per_task, desc="offpolicy", unit="run", disable=not progress)
     if config.workers > 1:
         with ProcessPoolExecutor(config.workers) as pool:
             for env, seed, out in pool.map(_task, tasks):
                 per_seed[env, seed] = out
-                bar.update()
+                bar.update(runs_per_task)
     else:
-        for task in tasks:
-            env, seed, out = _task(task)
-            per_seed[env, seed] = out
-            runs = [a["run"] for rep in out.values() for a in rep.values()]
-            bar.set_postfix(env=env, beta=f"{runs[-1].beta_final:.2f}", w_max=f"{runs[-1].weight_max:.2f}")
-            bar.update()
+        for env, _, seed in tasks:
+
+            def log(rep: str, arm: str, run: Run, env: str = env) -> None:
+                bar.set_postfix_str(
+                    f"{env} {rep} {arm}: rmse {run.rmse[-1]:.3g}, beta {run.beta_final:.2f}, "
+                    f"w mean {run.weight_mean:.3g} min {run.weight_min:.2g}, max p {run.max_priority:.3g}"
+                )
+                bar.update()
+
+            per_seed[env, seed] = run_seed(env, config, seed, on_run=log)
     bar.close()
     for env in config.envs:
         tolerance = config.tolerances.get(env, 0.0)
