@@ -560,7 +560,7 @@ def plot(results: Results, config: OffPolicyConfig, out_dir: Path) -> list[Path]
 
     written = []
     for env, by_rep in results.items():
-        fig, axes = plt.subplots(1, len(by_rep), figsize=(5.2 * len(by_rep), 4.0), squeeze=False)
+        fig, axes = plt.subplots(1, len(by_rep), figsize=(5.4 * len(by_rep), 4.6), squeeze=False)
         for ax, (rep, by_arm) in zip(axes[0], by_rep.items(), strict=True):
             for arm, values in by_arm.items():
                 curves = np.array(values["rmse_curve"])
@@ -576,8 +576,9 @@ def plot(results: Results, config: OffPolicyConfig, out_dir: Path) -> list[Path]
             ax.set_ylabel("RMSE(V, V^π) over occupied states")
             ax.set_title(f"{env}, {rep}", fontsize=10)
             ax.grid(True, which="major", alpha=0.3)
-        axes[0][0].legend(fontsize=7, loc="upper right")
-        fig.tight_layout()
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+        fig.tight_layout(rect=(0, 0.12, 1, 1))
         path = out_dir / f"offpolicy_{env.split('-')[0].lower()}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
@@ -595,9 +596,11 @@ def _cell(values: Sequence[float | None], integer: bool = False) -> str:
 
     def fmt(v: float) -> str:
         if math.isinf(v):
-            return "–"
+            return "n.r."
         return f"{v:,.0f}" if integer else f"{v:.3g}"
 
+    if math.isinf(low):
+        return "n.r."
     return f"{fmt(median)} ({fmt(low)}–{fmt(high)})"
 
 
@@ -649,7 +652,7 @@ def write_markdown(
         "- updates to tolerance: first evaluation (every "
         f"{config.eval_every} updates) with RMSE ≤ "
         + ", ".join(f"{env} {config.tolerances.get(env, 0):g}" for env in config.envs)
-        + "; – = not within the run",
+        + "; n.r. = not reached within the run (counted as infinitely many in the median)",
         "",
     ]
     for env, by_rep in results.items():
