@@ -421,3 +421,37 @@ def test_huge_memory_warns_before_allocating() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _warn_if_too_large(2**20)
+
+
+def test_stacks_equal_real_atari_stacks() -> None:
+    """Two Pong environments with Gymnasium's Atari preprocessing and frame stacking, interleaved
+    as two streams, with short truncated episodes: every stored stack reads back as produced."""
+    import ale_py
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)
+
+    def make(seed: int) -> gym.Env[np.ndarray, np.int64]:
+        env = gym.make("ALE/Pong-v5", frameskip=1, repeat_action_probability=0.0, max_episode_steps=120)
+        env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84, noop_max=0)
+        env = gym.wrappers.FrameStackObservation(env, 4)
+        env.action_space.seed(seed)
+        return env
+
+    envs = [make(0), make(1)]
+    obs = [env.reset(seed=i)[0] for i, env in enumerate(envs)]
+    memory = ReplayMemory(48, (84, 84), frame_stack=4, num_streams=2)
+    added: list[tuple[int, dict[str, np.ndarray]]] = []
+    for t in range(160):  # three wrap-arounds, episodes of 30 agent steps
+        i = t % 2
+        action = envs[i].action_space.sample()
+        next_obs, reward, terminated, truncated, _ = envs[i].step(action)
+        end = bool(terminated or truncated)
+        slot = memory.add(obs[i], action, float(reward), 0.0 if terminated else 1.0, next_obs,
+                          episode_end=end, stream=i)  # fmt: skip
+        added.append((slot, {"obs": obs[i], "action": action, "reward": float(reward),
+                             "discount": 0.0 if terminated else 1.0, "next_obs": next_obs}))  # fmt: skip
+        obs[i] = envs[i].reset()[0] if end else next_obs
+    assert sum(1 for _, t in added if not np.array_equal(t["obs"][0], t["obs"][1])) > 0
+    assert_matches(memory, added)
+    assert memory.num_frames <= 48 + 2 * 4 + 6  # one frame per transition, plus restarts
