@@ -116,7 +116,11 @@ class OffPolicyConfig:
     tolerances: dict[str, float] = field(
         default_factory=lambda: {"FrozenLake-v1": 0.03, "CliffWalking-v1": 1.5}
     )
-    """RMSE to V^π counted as converged, per environment: about 5% of max |V^π| (0.66 and 31.6)."""
+    """RMSE counted as converged, per environment: about 5% of max |V^π| (0.66 and 31.6).  Used for
+    the RMSE to V^π and for the RMSE to the arm's own fixed point on its memory."""
+    weight_norm: Literal["memory", "batch", "none"] = "memory"
+    """Normalisation of the sampler's weights (weighted_is, hybrids): 'memory' is the paper's;
+    'none' keeps w = ρ (N·P)^-β, whose mean under the draws is 1 at β = 1, like ordinary IS."""
     eval_every: int = 200
     """Updates between RMSE measurements."""
     workers: int = 1
@@ -312,7 +316,7 @@ def make_sampler(arm: Arm, memory: Memory, config: OffPolicyConfig, seed: int) -
     if arm in ("on_policy", "uncorrected", "ordinary_is"):
         return PrioritizedSampler(n, alpha=0.0, beta=0.0, backend="uniform", seed=seed)
     if arm == "weighted_is":  # PER: w = ρ, α = 0, β = 1 (Sec. 6); weights ρ_i / max_j ρ_j
-        sampler = PrioritizedSampler(n, alpha=0.0, beta=1.0, seed=seed)
+        sampler = PrioritizedSampler(n, alpha=0.0, beta=1.0, weight_norm=config.weight_norm, seed=seed)
         sampler.set_corrections(slots, memory.rho_tm1)
         return sampler
     if arm == "rejection":  # PER: p = min(1, ρ), α = 1, β = 0, ε = 0: slots with π(a|s) = 0 never drawn
@@ -322,11 +326,14 @@ def make_sampler(arm: Arm, memory: Memory, config: OffPolicyConfig, seed: int) -
     if arm == "hybrid_proportional":  # PER: p = ρ|δ| + ε, w = ρ (N·P)^-β, β annealed to 1
         beta = LinearSchedule(config.beta0_proportional, 1.0, anneal)
         sampler = PrioritizedSampler(
-            n, alpha=config.alpha_proportional, beta=beta, eps=config.hybrid_eps, seed=seed
-        )
+            n, alpha=config.alpha_proportional, beta=beta, eps=config.hybrid_eps,
+            weight_norm=config.weight_norm, seed=seed,
+        )  # fmt: skip
     elif arm == "hybrid_rank":  # PER: rank by ρ|δ|, w = ρ (N·P)^-β, β annealed to 1
         beta = LinearSchedule(config.beta0_rank, 1.0, anneal)
-        sampler = PrioritizedSampler(n, alpha=config.alpha_rank, beta=beta, backend="rank", seed=seed)
+        sampler = PrioritizedSampler(
+            n, alpha=config.alpha_rank, beta=beta, backend="rank", weight_norm=config.weight_norm, seed=seed
+        )
     else:
         raise ValueError(f"arm should be one of {ARMS}, but got arm={arm!r}")
     sampler.set_corrections(slots, memory.rho_tm1)  # new slots at max priority: each replayed early
@@ -360,9 +367,10 @@ def fixed_point(memory: Memory, weights: FloatArray, groups: IntArray) -> FloatA
 
 @dataclass
 class Run:
-    """One run's RMSE curve and the logged sampler statistics."""
+    """One run's RMSE curves (to V^π, and to the arm's own fixed point) and the logged statistics."""
 
     rmse: list[float]
+    rmse_to_fixed_point: list[float]
     beta_final: float
     weight_mean: float
     weight_min: float
@@ -372,13 +380,21 @@ class Run:
 
 def replay(
     arm: Arm, memory: Memory, sampler: PrioritizedSampler, groups: IntArray, v_true: FloatArray,
-    evaluate: IntArray, config: OffPolicyConfig,
+    evaluate: IntArray, config: OffPolicyConfig, theta_limit: FloatArray | None = None,
 ) -> Run:  # fmt: skip
-    """TD(0) on minibatches drawn by ``sampler``; RMSE to ``v_true`` over ``evaluate`` states."""
+    """TD(0) on minibatches drawn by ``sampler``; RMSE to ``v_true`` (and to the values of
+    ``theta_limit``, the arm's fixed point) over ``evaluate`` states."""
     theta = np.zeros(int(groups.max()) + 1)
     g_tm1_all, g_t_all = groups[memory.s_tm1], groups[memory.s_t]
     target = v_true[evaluate]
-    rmse = [float(np.sqrt(np.mean((theta[groups[evaluate]] - target) ** 2)))]
+    limit = (theta if theta_limit is None else theta_limit)[groups[evaluate]]
+
+    def errors() -> tuple[float, float]:
+        v = theta[groups[evaluate]]
+        return float(np.sqrt(np.mean((v - target) ** 2))), float(np.sqrt(np.mean((v - limit) ** 2)))
+
+    first = errors()
+    rmse, to_limit = [first[0]], [first[1]]
     w_sum, w_min, w_max, count = 0.0, math.inf, 0.0, 0
     for t in range(config.updates):
         d = sampler.sample(config.batch_size)
@@ -398,9 +414,12 @@ def replay(
         if arm in ("hybrid_proportional", "hybrid_rank"):  # PER: p = ρ·|δ|
             sampler.update_priorities(j, hybrid_priorities(memory.rho_tm1[j], delta))
         if (t + 1) % config.eval_every == 0:
-            rmse.append(float(np.sqrt(np.mean((theta[groups[evaluate]] - target) ** 2))))
+            now = errors()
+            rmse.append(now[0])
+            to_limit.append(now[1])
     return Run(
         rmse=rmse,
+        rmse_to_fixed_point=to_limit,
         beta_final=sampler.beta,
         weight_mean=w_sum / count if count else 1.0,
         weight_min=w_min if count else 1.0,
@@ -466,8 +485,8 @@ def run_seed(
         for arm in config.arms:
             memory = mems["target" if arm == "on_policy" else "behaviour"]
             sampler = make_sampler(arm, memory, config, seed=seed)
-            run = replay(arm, memory, sampler, groups, prob.v_true, prob.evaluate, config)
             theta = fixed_point(memory, effective_weights(arm, memory, config), groups)
+            run = replay(arm, memory, sampler, groups, prob.v_true, prob.evaluate, config, theta)
             limit = float(np.sqrt(np.mean((theta[groups[prob.evaluate]] - prob.v_true[prob.evaluate]) ** 2)))
             out[rep][arm] = {"run": run, "fixed_point_rmse": limit}
             if on_run is not None:
@@ -529,6 +548,10 @@ def run_experiment(config: OffPolicyConfig, progress: bool = True) -> Results:
                         updates_to_tolerance(r.rmse, tolerance, config.eval_every) for r in runs
                     ],
                     "fixed_point_rmse": [s["fixed_point_rmse"] for s in seeds],
+                    "updates_to_fixed_point": [
+                        updates_to_tolerance(r.rmse_to_fixed_point, tolerance, config.eval_every)
+                        for r in runs
+                    ],
                     "beta_final": [r.beta_final for r in runs],
                     "weight_mean": [r.weight_mean for r in runs],
                     "weight_min": [r.weight_min for r in runs],
@@ -652,18 +675,24 @@ def write_markdown(
         "- updates to tolerance: first evaluation (every "
         f"{config.eval_every} updates) with RMSE ≤ "
         + ", ".join(f"{env} {config.tolerances.get(env, 0):g}" for env in config.envs)
-        + "; n.r. = not reached within the run (counted as infinitely many in the median)",
+        + "; to own fixed point: the same tolerance on the RMSE between V and the arm's fixed point; "
+        "n.r. = not reached within the run (counted as infinitely many in the median)",
+        f"- weights of the sampler-weighted arms normalised by `{config.weight_norm}`",
         "",
     ]
     for env, by_rep in results.items():
         for rep, by_arm in by_rep.items():
             lines += [f"## {env}, {rep}", ""]
-            lines.append("| arm | final RMSE | fixed-point RMSE | updates to tolerance | final β | mean w |")
-            lines.append("|---|---|---|---|---|---|")
+            lines.append(
+                "| arm | final RMSE | fixed-point RMSE | updates to tolerance | updates to own fixed point "
+                "| final β | mean w |"
+            )
+            lines.append("|---|---|---|---|---|---|---|")
             for arm, values in by_arm.items():
                 lines.append(
                     f"| {arm} | {_cell(values['final_rmse'])} | {_cell(values['fixed_point_rmse'])} | "
                     f"{_cell(values['updates_to_tolerance'], integer=True)} | "
+                    f"{_cell(values['updates_to_fixed_point'], integer=True)} | "
                     f"{np.median(values['beta_final']):.2g} | {np.median(values['weight_mean']):.3g} |"
                 )
             lines.append("")
