@@ -19,7 +19,7 @@ One run, through LightningCLI (the arms are config files; every option can be ov
 The comparison (three arms × seeds; Fig. 5's curves, a table and the raw numbers under
 ``docs/results/``)::
 
-    python -m recipes.imbalanced_mnist compare --seeds 3 --max_steps 1500
+    python -m recipes.imbalanced_mnist compare --seeds 3 --max_steps 1000
 
 Data: MNIST from ``--data.root`` (IDX files, as torchvision stores them), downloaded when the network
 allows.  Where it cannot be downloaded, Fashion-MNIST from Debian's ``dataset-fashion-mnist`` package
@@ -477,9 +477,9 @@ class CompareConfig:
     """Arms to run; each is recipes/configs/imbalanced_mnist/<arm>.yaml."""
     seeds: int = 3
     """Seeds per arm (the paper: 3); seed s initialises the network and the sampler."""
-    max_steps: int = 1500
+    max_steps: int = 1000
     """Updates per run (demo scale; the configs' default is 10,000)."""
-    eval_every: int = 150
+    eval_every: int = 100
     """Updates between evaluations of the test and validation sets."""
     lr: float | None = None
     """Step size for every arm; None keeps each config's (chosen by the validation sweep)."""

@@ -215,3 +215,18 @@ def test_resume_with_workers_needs_the_sampler_before_the_loader(tmp_path: Path)
     trainer.save_checkpoint(path)
     with pytest.raises(RuntimeError, match="setup"):
         fit(TinyModel(), TinyData(num_workers=1, early=False), max_steps=6, ckpt_path=path)
+
+
+def test_lightning_distributed_wrapper_is_refused() -> None:
+    """Lightning's DistributedSamplerWrapper (use_distributed_sampler=True under DDP) materialises
+    the epoch's indices when the epoch starts: priority updates would wait for the next epoch."""
+    from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
+
+    from prisample.lightning import _find_sampler
+
+    sampler = DistributedPrioritizedSampler(PrioritizedSampler(N, batch_size=BATCH, seed=0))
+    wrapped = DistributedSamplerWrapper(sampler, num_replicas=2, rank=0)
+    loader = DataLoader(IndexedDataset(list(range(N))), batch_size=BATCH, sampler=wrapped)
+    with pytest.raises(ValueError, match="use_distributed_sampler=False"):
+        _find_sampler(loader)
+    assert _find_sampler([DataLoader(IndexedDataset(list(range(N))), sampler=sampler)]) is sampler
