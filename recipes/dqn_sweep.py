@@ -5,7 +5,8 @@ runs every arm × seed of one environment and writes
 
 * ``<out>.json``: ``{arm: {"steps": [...], "returns": [[score per seed] per step], ...}}``, the
   evaluation score of each seed at each evaluation (``null`` where a run stopped earlier);
-* ``<out>.png``: mean over seeds with the min–max band, one colour per arm;
+* ``<out>.png``: mean over seeds with the min–max band, one colour per arm, at the evaluations
+  every seed reached;
 * ``<out>.md``: the command, the machine, steps/s and wall time per run, a summary table.
 
 ``python -m recipes.atari_ddqn plot --json <out>.json`` re-draws the PNG from the JSON.
@@ -79,6 +80,9 @@ class PlotConfig:
     """PNG to write; default the JSON's path with .png."""
     title: str | None = None
     """Plot title; default the JSON's file name."""
+    runs: str | None = None
+    """First rebuild the JSON from the ``result.json`` files of the run directories under this path
+    (e.g. a sweep's log_dir copied from another machine)."""
 
 
 def _run(config: DDQNConfig) -> dict[str, Any]:
@@ -184,10 +188,11 @@ def plot(curves: dict[str, Any], path: Path, title: str) -> Path:
             continue
         color, label = STYLE.get(arm, ("gray", arm))
         steps = np.asarray(data["steps"], dtype=np.float64)
-        mean, low, high, _ = curve_stats(data["returns"])
+        mean, low, high, count = curve_stats(data["returns"])
         seeds = len(data["returns"][0]) if data["returns"] else 0
-        ax.plot(steps, mean, color=color, lw=2, label=f"{label} ({seeds} seeds)")
-        ax.fill_between(steps, low, high, color=color, alpha=0.15, lw=0)
+        every = count == seeds  # a point some seed did not reach (time budget) would bias the mean
+        ax.plot(steps[every], mean[every], color=color, lw=2, label=f"{label} ({seeds} seeds)")
+        ax.fill_between(steps[every], low[every], high[every], color=color, alpha=0.15, lw=0)
     ax.set_xlabel("agent steps")
     ax.set_ylabel("evaluation score (mean, min–max over seeds)")
     ax.set_title(title, fontsize=10)
@@ -202,6 +207,11 @@ def plot(curves: dict[str, Any], path: Path, title: str) -> Path:
 def replot(config: PlotConfig) -> Path:
     """``plot`` command: the PNG of a sweep JSON."""
     source = Path(config.json)
+    if config.runs is not None:
+        results = [json.loads(p.read_text()) for p in sorted(Path(config.runs).rglob("result.json"))]
+        if not results:
+            raise ValueError(f"no result.json under runs={config.runs!r}")
+        source.write_text(to_json(collect(results)))
     curves = json.loads(source.read_text())
     out = Path(config.out) if config.out else source.with_suffix(".png")
     plot(curves, out, title=config.title or source.stem)
@@ -245,7 +255,12 @@ def _fmt(values: list[float]) -> str:
 
 
 def write_markdown(
-    config: SweepConfig, results: list[dict[str, Any]], curves: dict[str, Any], wall: float, path: Path
+    config: SweepConfig,
+    results: list[dict[str, Any]],
+    curves: dict[str, Any],
+    wall: float,
+    path: Path,
+    machine: str | None = None,
 ) -> None:
     """The sweep's record: command, machine, hyper-parameters, per-arm summary, per-run speed."""
     resolved = asdict(resolve(run_config(config, arm_list(config)[0], config.seed)))
@@ -257,7 +272,7 @@ def write_markdown(
         "hyper-parameter and discussion in `docs/recipes/atari_ddqn.md`.",
         "",
         f"- command: `{command_line(config)}`",
-        f"- machine: {_machine()}; {config.jobs} parallel run(s), one torch thread each, "
+        f"- machine: {machine or _machine()}; {config.jobs} parallel run(s), one torch thread each, "
         f"device `{config.device}`",
         f"- sweep wall time: {wall:,.0f} s for {len(results)} runs",
         f"- score: mean return of the evaluation episodes (ε = {config.eval_epsilon:g}, at most "
