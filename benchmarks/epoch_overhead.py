@@ -49,6 +49,8 @@ class EpochOverheadConfig:
     """Markdown section appended to docs/benchmarks.md."""
     json_out: str = "docs/results/imbalanced_mnist_epoch_overhead.json"
     """Raw timings."""
+    limit_batches: int | None = None
+    """Stop each epoch after this many batches (a quick check of the script; None: whole epochs)."""
 
 
 class TimedSampler(DistributedPrioritizedSampler):
@@ -96,7 +98,7 @@ class Model(ImbalancedClassifier):
         return []  # the timed callback is passed to the Trainer
 
 
-def epoch(arm: str, root: str, seed: int) -> dict[str, Any]:
+def epoch(arm: str, root: str, seed: int, limit_batches: int | None = None) -> dict[str, Any]:
     """Seconds of one training epoch, and for the prioritized arm the seconds inside prisample."""
     pl.seed_everything(seed, verbose=False)
     data = ImbalancedMNISTDataModule(root=root, sampler=arm, download=False)  # type: ignore[arg-type]
@@ -108,7 +110,7 @@ def epoch(arm: str, root: str, seed: int) -> dict[str, Any]:
     trainer = pl.Trainer(
         max_epochs=1, limit_val_batches=0, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
-        accelerator="cpu", callbacks=callbacks,
+        accelerator="cpu", callbacks=callbacks, limit_train_batches=limit_batches,
     )  # fmt: skip
     trainer.fit(Model(lr=0.1), datamodule=data)
     out = {"arm": arm, "seconds": timer.seconds, "batches": timer.batches, "dataset": data.dataset_name}
@@ -123,7 +125,7 @@ def main(config: EpochOverheadConfig) -> dict[str, Any]:
     runs = []
     for r in range(config.repeats):
         for arm in ("uniform", "prioritized"):
-            runs.append(epoch(arm, config.root, seed=r))
+            runs.append(epoch(arm, config.root, seed=r, limit_batches=config.limit_batches))
             print(f"{arm}: {runs[-1]['seconds']:.2f} s", file=sys.stderr)
     uniform = [x for x in runs if x["arm"] == "uniform"]
     prioritized = [x for x in runs if x["arm"] == "prioritized"]

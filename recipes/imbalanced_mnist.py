@@ -39,6 +39,7 @@ import socket
 import struct
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -500,9 +501,11 @@ class CompareConfig:
 def run_arm(arm: str, seed: int, args: Sequence[str]) -> dict[str, Any]:
     """Fit one arm with one seed through the CLI; its evaluation history and the dataset used."""
     torch.set_num_threads(1)
-    cli = cli_main(
-        ["fit", "--config", str(CONFIG_DIR / f"{arm}.yaml"), "--seed_everything", str(seed), *args]
-    )
+    with warnings.catch_warnings():  # the comparison's own argv is not meant for LightningCLI
+        warnings.filterwarnings("ignore", ".*LightningCLI's args parameter.*")
+        cli = cli_main(
+            ["fit", "--config", str(CONFIG_DIR / f"{arm}.yaml"), "--seed_everything", str(seed), *args]
+        )
     model, data = cli.model, cli.datamodule
     assert isinstance(model, ImbalancedClassifier) and isinstance(data, ImbalancedMNISTDataModule)
     return {"arm": arm, "seed": seed, "history": model.history, "dataset": data.dataset_name,
