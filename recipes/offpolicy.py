@@ -22,7 +22,7 @@ fixed point each arm converges to on its memory is solved exactly too.  ``tabula
 per state; ``linear`` aggregates square blocks of grid cells (state aggregation), where the
 distribution of replayed states changes the fixed point.
 
-Run ``python -m recipes.offpolicy`` (about 10 minutes on one core).  It writes
+Run ``python -m recipes.offpolicy`` (about 5 minutes on one core).  It writes
 ``docs/results/offpolicy.md`` (tables, the command, the runtime), ``docs/results/offpolicy.json``
 and ``docs/results/offpolicy_<env>.png``; ``docs/recipes/offpolicy.md`` explains the mapping and
 the results.
