@@ -414,17 +414,28 @@ class ReplayMemory:
         if not 0 <= stream < self.num_streams:
             raise ValueError(f"stream should lie in [0, {self.num_streams}), but got stream={stream}")
 
-        stream = int(stream)
+        return self._commit(obs_w, next_w, action_a, reward_f, discount_f, bool(episode_end), int(stream))
+
+    def _commit(
+        self,
+        obs_w: npt.NDArray[Any],
+        next_w: npt.NDArray[Any],
+        action: npt.NDArray[Any],
+        reward: float,
+        discount: float,
+        episode_end: bool,
+        stream: int,
+    ) -> tuple[int, IntArray]:
         expected = self._stream_live[stream] and not self._stream_ended[stream]
         slot, self._nfree, self._tail, n, continued = _add_kernel(
             self._frame_words, self._refs, self._free, self._nfree, self._obs_rows, self._next_rows,
             self._generation, self._stream_obs, self._stream_next, self._stream_live,
             obs_w, next_w, stream, self._tail, self._head, self._evicted,
         )  # fmt: skip
-        self._action[slot] = action_a
-        self._reward[slot] = reward_f
-        self._discount[slot] = discount_f
-        self._stream_ended[stream] = bool(episode_end)
+        self._action[slot] = action
+        self._reward[slot] = reward
+        self._discount[slot] = discount
+        self._stream_ended[stream] = episode_end
         self._head += 1
         if expected and not continued and self.frame_stack > 1:
             warnings.warn(
@@ -432,9 +443,91 @@ class ReplayMemory:
                 "pass episode_end=True at the end of an episode, and one stream= per environment "
                 "when several share the memory",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
         return slot, self._evicted[:n].copy()
+
+    def add_many(
+        self,
+        obs: npt.ArrayLike,
+        action: npt.ArrayLike,
+        reward: npt.ArrayLike,
+        discount: npt.ArrayLike,
+        next_obs: npt.ArrayLike,
+        *,
+        episode_end: npt.ArrayLike | None = None,
+        streams: npt.ArrayLike | None = None,
+    ) -> IntArray:
+        """:meth:`add` for ``n`` transitions at once (a vectorised environment's step), in order.
+
+        Arguments carry a leading axis of length ``n``; ``streams`` defaults to ``0 .. n-1`` (one
+        stream per environment) and ``episode_end`` to all ``False``.  Everything is checked
+        before anything is stored.  Returns the slots.
+        """
+        return np.array([slot for slot, _ in self._add_many(obs, action, reward, discount, next_obs,
+                                                            episode_end, streams)], dtype=np.int64)
+
+    def _add_many(
+        self,
+        obs: npt.ArrayLike,
+        action: npt.ArrayLike,
+        reward: npt.ArrayLike,
+        discount: npt.ArrayLike,
+        next_obs: npt.ArrayLike,
+        episode_end: npt.ArrayLike | None,
+        streams: npt.ArrayLike | None,
+    ) -> list[tuple[int, IntArray]]:
+        obs_a = self._batch(obs, "obs", self._stack_shape, self.obs_dtype)
+        n = obs_a.shape[0]
+        next_a = self._batch(next_obs, "next_obs", self._stack_shape, self.obs_dtype, n)
+        action_a = self._batch(action, "action", self.action_shape, self.action_dtype, n)
+        rewards = self._batch(reward, "reward", (), np.dtype(np.float32), n, real=True)
+        discounts = self._batch(discount, "discount", (), np.dtype(np.float32), n, real=True)
+        if episode_end is None:
+            ends = np.zeros(n, dtype=np.bool_)
+        else:
+            ends = to_numpy(episode_end, "episode_end")
+            if ends.dtype != np.bool_ or ends.shape != (n,):
+                raise TypeError(f"episode_end should be {n} bools, but got {ends.dtype}{list(ends.shape)}")
+        ids = np.arange(n, dtype=np.int64) if streams is None else as_indices(streams, "streams")
+        if ids.shape != (n,):
+            raise ValueError(f"streams should have one value per transition ({n}), but got {ids.shape[0]}")
+        bad = (ids < 0) | (ids >= self.num_streams)
+        if bad.any():
+            j = int(np.argmax(bad))
+            raise ValueError(f"streams should lie in [0, {self.num_streams}), but got streams[{j}]={ids[j]}")
+        obs_w = obs_a.reshape(n, self.frame_stack, -1).view(self._word)
+        next_w = next_a.reshape(n, self.frame_stack, -1).view(self._word)
+        return [
+            self._commit(obs_w[i], next_w[i], action_a[i], float(rewards[i]), float(discounts[i]),
+                         bool(ends[i]), int(ids[i]))
+            for i in range(n)
+        ]  # fmt: skip
+
+    def _batch(
+        self,
+        value: npt.ArrayLike,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        n: int | None = None,
+        *,
+        real: bool = False,
+    ) -> npt.NDArray[Any]:
+        """``value`` checked as ``n`` items of ``shape`` and cast to ``dtype`` (C-contiguous)."""
+        array = to_numpy(value, name)
+        wrong = array.ndim != len(shape) + 1 or array.shape[1:] != shape
+        if wrong or (n is not None and array.shape[0] != n):
+            want = ("n" if n is None else str(n), *map(str, shape))
+            raise ValueError(f"{name} should have shape ({', '.join(want)}), but got shape {array.shape}")
+        if real:
+            if array.dtype.kind not in "fiu":
+                raise TypeError(f"{name} should hold real numbers, but got dtype {array.dtype}")
+            if not np.isfinite(array).all():
+                j = int(np.argmin(np.isfinite(array)))
+                raise ValueError(f"{name} should be finite, but got {name}[{j}]={array[j]!r}")
+            return array.astype(np.float64)
+        return np.ascontiguousarray(_cast(array, dtype, name))
 
     def _stack_words(self, value: npt.ArrayLike, name: str) -> npt.NDArray[Any]:
         """``value`` checked and viewed as ``(frame_stack, words per frame)`` machine words."""
@@ -683,6 +776,24 @@ class PrioritizedReplay:
             self.sampler.remove(evicted)
         self.sampler.add(np.array([slot]))
         return slot
+
+    def add_many(
+        self,
+        obs: npt.ArrayLike,
+        action: npt.ArrayLike,
+        reward: npt.ArrayLike,
+        discount: npt.ArrayLike,
+        next_obs: npt.ArrayLike,
+        episode_end: npt.ArrayLike | None = None,
+        streams: npt.ArrayLike | None = None,
+    ) -> IntArray:
+        """:meth:`add` for ``n`` transitions at once (see :meth:`ReplayMemory.add_many`)."""
+        added = self.memory._add_many(obs, action, reward, discount, next_obs, episode_end, streams)
+        for slot, evicted in added:  # in order: each enters at the maximum of the memory it joins
+            if evicted.shape[0]:
+                self.sampler.remove(evicted)
+            self.sampler.add(np.array([slot]))
+        return np.array([slot for slot, _ in added], dtype=np.int64)
 
     def sample(self, k: int) -> tuple[Batch, Draw]:
         """Draw ``k`` live transitions: ``(batch, draw)`` with ``batch`` as :meth:`ReplayMemory.get`

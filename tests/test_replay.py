@@ -455,3 +455,51 @@ def test_stacks_equal_real_atari_stacks() -> None:
     assert sum(1 for _, t in added if not np.array_equal(t["obs"][0], t["obs"][1])) > 0
     assert_matches(memory, added)
     assert memory.num_frames <= 48 + 2 * 4 + 6  # one frame per transition, plus restarts
+
+
+def test_add_many_equals_adds_in_turn() -> None:
+    """A vectorised step stored at once is stored exactly as its transitions added one by one."""
+    envs = [StackingEnv(np.random.default_rng(i), 3) for i in range(3)]
+    obs = np.stack([env.reset() for env in envs])
+    one = PrioritizedReplay(10, FRAME, frame_stack=3, num_streams=3, seed=0)
+    many = PrioritizedReplay(10, FRAME, frame_stack=3, num_streams=3, seed=0)
+    rng = np.random.default_rng(0)
+    for t in range(12):
+        next_obs = np.stack([env.step() for env in envs])
+        ends = rng.random(3) < 0.3
+        actions, rewards = rng.integers(0, 4, 3), rng.normal(size=3)
+        for i in range(3):
+            one.add(obs[i], actions[i], rewards[i], 1.0, next_obs[i], episode_end=bool(ends[i]), stream=i)
+        slots = many.add_many(obs, actions, rewards, np.ones(3), next_obs, episode_end=ends)
+        assert slots.tolist() == [(3 * t + i) % 10 for i in range(3)]
+        obs = np.stack([env.reset() if end else o for env, end, o in zip(envs, ends, next_obs, strict=True)])
+        if t % 4 == 3:
+            _, draw = one.sample(4)
+            _, draw_many = many.sample(4)
+            np.testing.assert_array_equal(draw.indices, draw_many.indices)
+            one.update_priorities(draw.indices, np.arange(4.0))
+            many.update_priorities(draw_many.indices, np.arange(4.0))
+    a, b = one.state_dict(include_memory=True), many.state_dict(include_memory=True)
+    np.testing.assert_array_equal(a["sampler"]["priorities"], b["sampler"]["priorities"])
+    for key, value in a["memory"].items():
+        expected = np.asarray(b["memory"][key], dtype=object)
+        np.testing.assert_array_equal(np.asarray(value, dtype=object), expected, err_msg=key)
+
+
+def test_add_many_checks_everything_first() -> None:
+    memory = ReplayMemory(4, FRAME, frame_stack=2, num_streams=2)
+    good = np.zeros((2, 2, *FRAME), np.uint8)
+    args = {"obs": good, "action": [0, 1], "reward": [0, 0], "discount": [1, 1], "next_obs": good}
+    bad_calls = [
+        (ValueError, r"obs should have shape \(n, 2, 5, 4\)", {"obs": good[:, 0]}),
+        (ValueError, r"next_obs should have shape \(2, 2, 5, 4\)", {"next_obs": good[:1]}),
+        (ValueError, "reward should be finite", {"reward": [0, np.inf]}),
+        (ValueError, r"action should have shape \(2\)", {"action": [0]}),
+        (TypeError, "episode_end should be 2 bools", {"episode_end": [1, 0]}),
+        (ValueError, "streams should lie", {"streams": [0, 2]}),
+    ]
+    for error, message, change in bad_calls:
+        with pytest.raises(error, match=message):
+            memory.add_many(**(args | change))  # type: ignore[arg-type]
+    assert len(memory) == 0 and memory.num_frames == 0
+    assert memory.add_many(good, [0, 1], [0, 0], [1, 1], good, streams=[1, 1]).tolist() == [0, 1]
