@@ -5,6 +5,8 @@ from __future__ import annotations
 import pickle
 import warnings
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -44,13 +46,15 @@ class StackingEnv:
 class Recorder:
     """Drives ``streams`` environments in random turns into a memory and keeps every transition."""
 
-    def __init__(self, memory_add, stack: int, streams: int, seed: int, end_prob: float = 0.1) -> None:  # type: ignore[no-untyped-def]
+    def __init__(
+        self, memory_add: Callable[..., int], stack: int, streams: int, seed: int, end_prob: float = 0.1
+    ) -> None:
         self.add = memory_add
         self.rng = np.random.default_rng(seed)
         self.envs = [StackingEnv(self.rng, stack) for _ in range(streams)]
         self.obs = [env.reset() for env in self.envs]
         self.end_prob = end_prob
-        self.added: list[tuple[int, dict[str, np.ndarray]]] = []  # (slot, transition) in order
+        self.added: list[tuple[int, dict[str, Any]]] = []  # (slot, transition) in order
 
     def step(self) -> int:
         stream = int(self.rng.integers(len(self.envs)))
@@ -68,7 +72,7 @@ class Recorder:
         return slot
 
 
-def assert_matches(memory: ReplayMemory, added: list[tuple[int, dict[str, np.ndarray]]]) -> None:
+def assert_matches(memory: ReplayMemory, added: list[tuple[int, dict[str, Any]]]) -> None:
     """The live transitions are the most recent ones, in order, and read back exactly."""
     n = len(memory)
     assert n <= memory.capacity
@@ -304,9 +308,9 @@ def test_validation_errors_change_nothing() -> None:
         (TypeError, "obs_shape should be", {"obs_shape": 84}),
         (ValueError, "num_streams should be", {"num_streams": 0}),
     ]:
-        args = {"capacity": 4, "obs_shape": FRAME, "frame_stack": 2} | kwargs
+        args: dict[str, Any] = {"capacity": 4, "obs_shape": FRAME, "frame_stack": 2, **kwargs}
         with pytest.raises(error, match=message):
-            ReplayMemory(**args)  # type: ignore[arg-type]
+            ReplayMemory(**args)
     replay = PrioritizedReplay(4, FRAME, frame_stack=2, seed=0)
     replay.add(good, 1, 0.0, 1.0, good)
     with pytest.raises(ValueError, match="priorities should be finite"):
@@ -441,7 +445,7 @@ def test_stacks_equal_real_atari_stacks() -> None:
     envs = [make(0), make(1)]
     obs = [env.reset(seed=i)[0] for i, env in enumerate(envs)]
     memory = ReplayMemory(48, (84, 84), frame_stack=4, num_streams=2)
-    added: list[tuple[int, dict[str, np.ndarray]]] = []
+    added: list[tuple[int, dict[str, Any]]] = []
     for t in range(160):  # three wrap-arounds, episodes of 30 agent steps
         i = t % 2
         action = envs[i].action_space.sample()
@@ -489,7 +493,8 @@ def test_add_many_equals_adds_in_turn() -> None:
 def test_add_many_checks_everything_first() -> None:
     memory = ReplayMemory(4, FRAME, frame_stack=2, num_streams=2)
     good = np.zeros((2, 2, *FRAME), np.uint8)
-    args = {"obs": good, "action": [0, 1], "reward": [0, 0], "discount": [1, 1], "next_obs": good}
+    args: dict[str, Any] = {"obs": good, "action": [0, 1], "reward": [0, 0], "discount": [1, 1]}
+    args["next_obs"] = good
     bad_calls = [
         (ValueError, r"obs should have shape \(n, 2, 5, 4\)", {"obs": good[:, 0]}),
         (ValueError, r"next_obs should have shape \(2, 2, 5, 4\)", {"next_obs": good[:1]}),
@@ -500,6 +505,6 @@ def test_add_many_checks_everything_first() -> None:
     ]
     for error, message, change in bad_calls:
         with pytest.raises(error, match=message):
-            memory.add_many(**(args | change))  # type: ignore[arg-type]
+            memory.add_many(**{**args, **change})
     assert len(memory) == 0 and memory.num_frames == 0
     assert memory.add_many(good, [0, 1], [0, 0], [1, 1], good, streams=[1, 1]).tolist() == [0, 1]
