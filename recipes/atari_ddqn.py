@@ -479,7 +479,10 @@ class RunResult:
     stopped: str
     """'done', 'time_budget' or 'stop_after'."""
     timing_s: dict[str, float]
-    """Seconds spent in replay.add, replay.sample, replay.update_priorities, the network update."""
+    """Seconds spent acting, stepping the environments, in replay.add, replay.sample, the network
+    update ('learn') and replay.update_priorities."""
+    learning_phase: dict[str, Any] | None = None
+    """From the first update on: {"steps", "updates", "timing_s"} (None if learning never started)."""
     normalized_best: float | None = None
 
 
@@ -680,6 +683,8 @@ def train(config: DDQNConfig) -> RunResult:
         bar.update(cfg.num_envs)
 
         if s["step"] >= cfg.learning_starts:
+            if "learning_from" not in s:  # splits the loop's timings into acting and learning phases
+                s["learning_from"] = {"step": s["step"], "timing": dict(timing)}
             s["due"] += cfg.num_envs
             while s["due"] >= cfg.replay_period:  # one update per K agent steps (line 8)
                 learn()
@@ -732,6 +737,15 @@ def train(config: DDQNConfig) -> RunResult:
         steps_per_s=s["step"] / wall,
         stopped=stopped,
         timing_s=dict(timing),
+        learning_phase=(
+            {
+                "steps": s["step"] - s["learning_from"]["step"],
+                "updates": s["updates"],
+                "timing_s": {k: timing[k] - s["learning_from"]["timing"][k] for k in timing},
+            }
+            if "learning_from" in s
+            else None
+        ),
         normalized_best=(
             float(normalized_score(s["best_score"], scores["random"], scores["human"]))  # type: ignore[arg-type]
             if scores is not None and math.isfinite(s["best_score"])
