@@ -13,7 +13,8 @@ linearly to 1 over training.  The callback closes that loop around a ``Lightning
   weights computed when the batch was drawn;
 * the training step returns ``{"loss": ..., "per_sample_loss": ...}``; after the step the callback
   writes the per-sample losses of exactly the drawn indices as their new priorities;
-* it logs ``per/beta``, ``per/weight_mean``, ``per/weight_max`` and ``per/max_priority``, and
+* it logs ``per/beta``, ``per/weight_mean``, ``per/weight_max`` and ``per/max_priority`` (on the
+  steps the logger writes, every ``Trainer(log_every_n_steps=...)``), and
   stores the sampler state in the checkpoint, so a resumed run draws what the uninterrupted run
   would have (batches already prefetched at save time included).
 """
@@ -199,6 +200,14 @@ class PrioritizedSamplingCallback(Callback):
             )
         # PER: the drawn examples' new priorities are their losses, p_i = |loss_i| (+ ε inside).
         self.sampler.update_priorities(self._batch_indices, losses.abs().double())
+        # Lightning writes on_step values every log_every_n_steps; a log() call costs about a
+        # millisecond, several times the sampler's own work, so the other steps skip it.
+        if trainer.global_step % max(int(getattr(trainer, "log_every_n_steps", 1)), 1) == 0:
+            self._log(pl_module)
+        self._batch_indices = None
+
+    def _log(self, pl_module: pl.LightningModule) -> None:
+        assert self.sampler is not None and self.batch_weights is not None
         w = self.batch_weights
         pl_module.log_dict(
             {
@@ -210,7 +219,6 @@ class PrioritizedSamplingCallback(Callback):
             on_step=True,
             on_epoch=False,
         )
-        self._batch_indices = None
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
