@@ -91,37 +91,53 @@ def _run(config: DDQNConfig) -> dict[str, Any]:
 
 
 def sweep(config: SweepConfig) -> dict[str, Any]:
-    """Run every (arm, seed), then write ``<out>.json``, ``<out>.png`` and ``<out>.md``."""
+    """Run every (arm, seed), then write ``<out>.json``, ``<out>.png`` and ``<out>.md``.
+
+    ``<out>.json`` is rewritten after every finished run, and a run that fails is reported and
+    left out, so a sweep cut short still leaves the curves of the runs that finished.
+    """
     os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the workers before torch starts there
     runs = [run_config(config, arm, config.seed + k) for arm in arm_list(config) for k in range(config.seeds)]
+    out = Path(config.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     results: list[dict[str, Any] | None] = [None] * len(runs)
     bar = tqdm(total=len(runs), desc=f"sweep {config.env}", unit="run")
+
+    def finish(i: int, outcome: dict[str, Any] | BaseException) -> None:
+        run = runs[i]
+        if isinstance(outcome, BaseException):
+            print(f"run {run.arm} seed {run.seed} failed: {outcome!r}", file=sys.stderr)
+        else:
+            results[i] = outcome
+            bar.set_postfix_str(f"{run.arm} s{run.seed}: {outcome['steps_per_s']:.0f} steps/s", refresh=False)
+            out.with_suffix(".json").write_text(to_json(collect([r for r in results if r is not None])))
+        bar.update()
+
     if config.jobs == 1:
         for i, run in enumerate(runs):
-            results[i] = _run(run)
-            bar.update()
+            try:
+                outcome: dict[str, Any] | BaseException = _run(run)
+            except Exception as error:
+                outcome = error
+            finish(i, outcome)
     else:
         context = multiprocessing.get_context("spawn")  # CUDA and torch threads need fresh processes
         with ProcessPoolExecutor(min(config.jobs, len(runs)), mp_context=context) as pool:
             futures = {pool.submit(_run, run): i for i, run in enumerate(runs)}
             for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                done = results[futures[future]]
-                assert done is not None
-                bar.set_postfix_str(f"{done['config']['arm']} s{done['config']['seed']}: "
-                                    f"{done['steps_per_s']:.0f} steps/s", refresh=False)  # fmt: skip
-                bar.update()
+                error = future.exception()
+                finish(futures[future], error if error is not None else future.result())
     bar.close()
     wall = time.perf_counter() - started
     finished = [r for r in results if r is not None]
+    if not finished:
+        raise RuntimeError(f"every run of the sweep failed (see above); nothing written to {out}.*")
     curves = collect(finished)
-    out = Path(config.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(to_json(curves))
     plot(curves, out.with_suffix(".png"), title=config.env)
     write_markdown(config, finished, curves, wall, out.with_suffix(".md"))
-    print(f"wrote {out}.json, {out}.png and {out}.md ({len(finished)} runs, {wall:.0f} s)")
+    print(f"wrote {out}.json, {out}.png and {out}.md ({len(finished)} of {len(runs)} runs, {wall:.0f} s)")
     return curves
 
 

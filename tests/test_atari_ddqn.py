@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -242,3 +243,6 @@ def test_time_budget_stops_cleanly_and_sweep_writes_json_and_png(tmp_path: Path)
     assert png.stat().st_size > 0
     budget = train(_cartpole(tmp_path, run_name="budget", total_steps=10**6, time_budget_s=0.0))
     assert budget.stopped == "time_budget" and budget.steps == 0
+    broken = replace(config, env="NoSuchEnv-v0", arms="uniform", seeds=1, out=str(tmp_path / "broken"))
+    with pytest.raises(RuntimeError, match="every run of the sweep failed"):
+        sweep(broken)
