@@ -169,7 +169,8 @@ class DDQNConfig:
     checkpoint_memory: bool = False
     """Store the replay memory in checkpoints (needed for an exactly identical continuation)."""
     resume: bool = False
-    """Continue from the run directory's checkpoint.pt when it exists."""
+    """Continue from the run directory's checkpoint.pt when it exists (without a saved memory, the
+    memory is refilled for learning_starts steps before updates resume)."""
     stop_after: int | None = None
     """Stop this invocation (with a checkpoint) once the step counter reaches this value."""
     time_budget_s: float | None = None
@@ -547,11 +548,16 @@ def train(config: DDQNConfig) -> RunResult:
         q.load_state_dict(ck["q"])
         q_target.load_state_dict(ck["q_target"])
         optimizer.load_state_dict(ck["optimizer"])
-        replay.load_state_dict(ck["replay"])
+        s = ck["loop"]
+        if "memory" in ck["replay"]:
+            replay.load_state_dict(ck["replay"])
+        else:  # memory not saved: refill it (learning_starts steps) and go on with β where it was
+            s["refill_until"] = s["step"] + cfg.learning_starts
+            beta_now = LinearSchedule(cfg.beta0, cfg.beta_end, total_updates)(s["updates"])
+            replay.sampler.beta = LinearSchedule(beta_now, cfg.beta_end, max(1, total_updates - s["updates"]))
         rng.bit_generator.state = ck["rng"]
         eval_rng.bit_generator.state = ck["eval_rng"]
         torch.set_rng_state(ck["torch_rng"])
-        s = ck["loop"]
         if ck.get("env") is not None:  # gymnasium environments pickle; ALE's vector env does not
             env.close()
             env, obs, prev_done, life = pickle.loads(ck["env"])
@@ -682,7 +688,7 @@ def train(config: DDQNConfig) -> RunResult:
         s["step"] += cfg.num_envs
         bar.update(cfg.num_envs)
 
-        if s["step"] >= cfg.learning_starts:
+        if s["step"] >= max(cfg.learning_starts, s.get("refill_until", 0)):
             if "learning_from" not in s:  # splits the loop's timings into acting and learning phases
                 s["learning_from"] = {"step": s["step"], "timing": dict(timing)}
             s["due"] += cfg.num_envs

@@ -198,6 +198,14 @@ def test_resume_continues_identically(tmp_path: Path, arm: str) -> None:
     np.testing.assert_array_equal(a["replay"]["sampler"]["priorities"], b["replay"]["sampler"]["priorities"])
 
 
+def test_resume_without_memory_refills_before_learning(tmp_path: Path) -> None:
+    first = train(_cartpole(tmp_path, run_name="lean", stop_after=300, checkpoint_memory=False))
+    assert "memory" not in torch.load(tmp_path / "lean" / "checkpoint.pt", weights_only=False)["replay"]
+    resumed = train(_cartpole(tmp_path, run_name="lean", resume=True, checkpoint_memory=False))
+    # 300 steps: 100 refill the memory, then one update per 2 steps (K = 2) plus the step carried over
+    assert resumed.steps == 600 and resumed.updates - first.updates == (600 - 400) // 2 + 1
+
+
 def test_cartpole_smoke_writes_logs_and_keeps_best_policy(tmp_path: Path) -> None:
     result = train(_cartpole(tmp_path, arm="rank", run_name="smoke", tensorboard=True))
     run = tmp_path / "smoke"
