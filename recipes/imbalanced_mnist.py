@@ -428,7 +428,9 @@ class ImbalancedClassifier(pl.LightningModule):
             loss, errors, rare_errors, n = self._sums[idx].tolist()
             point |= {f"{name}/loss": loss / n, f"{name}/errors": errors, f"{name}/rare_errors": rare_errors}
         self._sums = {}
-        self.log_dict({k: v for k, v in point.items() if k != "updates"}, prog_bar=False)
+        # Under DDP every rank evaluates the whole sets (use_distributed_sampler=False), so the
+        # values agree and their mean across ranks is the value.
+        self.log_dict({k: v for k, v in point.items() if k != "updates"}, sync_dist=True)
         if not self.trainer.sanity_checking:
             self.history.append(point)
 
