@@ -86,7 +86,8 @@ def run_cpprb(fill: list[Step], timed: list[Step], updates: int) -> dict[str, fl
     for _ in range(updates):
         sample = buffer.sample(BATCH, beta=0.4)
         buffer.update_priorities(sample["indexes"], rng.random(BATCH))
-    return {"add": add_s, "batch": (time.perf_counter() - start) / updates, "bytes": float("nan")}
+    batch = (time.perf_counter() - start) / updates
+    return {"add": add_s, "batch": batch, "bytes": float("nan")}  # cpprb does not report its bytes
 
 
 def nature_cnn_update(repeats: int) -> float:
@@ -146,8 +147,9 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name, results in rows.items():
         med = {key: statistics.median(r[key] for r in results) for key in results[0]}
-        print(f"| {name} | {1e6 * med['add']:.1f} | {1e6 * med['batch']:.1f} | {100 * med['share']:.2f}% | "
-              f"{med['bytes']:.0f} |")  # fmt: skip
+        size = "—" if np.isnan(med["bytes"]) else f"{med['bytes']:.0f}"
+        times = f"{1e6 * med['add']:.1f} | {1e6 * med['batch']:.1f} | {100 * med['share']:.2f}%"
+        print(f"| {name} | {times} | {size} |")
     cnn_ms = 1e3 * statistics.median(r["cnn"] for r in rows["prisample"])
     print(f"Nature CNN update (CPU, one thread): {cnn_ms:.1f} ms")
 
