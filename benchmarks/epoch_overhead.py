@@ -179,7 +179,11 @@ def render(r: dict[str, Any]) -> str:
         "",
         f"Target: at most {100 * TARGET:.0f}% of the epoch; this run {ok} it. The in-epoch share is the "
         "direct measure (timers around the sampler's draws and the callback's hooks); the end-to-end "
-        "difference also carries the run-to-run noise of a shared machine.",
+        "difference also carries the run-to-run noise of a shared machine. Most of the callback's "
+        "time is Lightning's `log()` (about 1.7 ms per call here, profiled), which is why the "
+        "callback logs its four statistics only on the steps the logger writes "
+        "(`log_every_n_steps`, 50 by default); logging them at every step would cost about 7 ms "
+        "per batch.",
         "",
     ])
 

@@ -51,7 +51,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from torch import nn
 from torch.nn import functional
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler, TensorDataset
@@ -455,6 +455,14 @@ TRAINER_DEFAULTS: dict[str, Any] = {
 }
 
 
+class SaveConfigWithLogger(SaveConfigCallback):
+    """Saves the run's config beside its logs; a run without a logger writes nothing."""
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if trainer.logger is not None:
+            super().setup(trainer, pl_module, stage)
+
+
 def cli_main(args: list[str] | None = None, run: bool = True) -> LightningCLI:
     """``python -m recipes.imbalanced_mnist fit --config …``: one run of one arm."""
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -463,6 +471,7 @@ def cli_main(args: list[str] | None = None, run: bool = True) -> LightningCLI:
         ImbalancedMNISTDataModule,
         seed_everything_default=0,
         trainer_defaults=TRAINER_DEFAULTS,
+        save_config_callback=SaveConfigWithLogger,
         save_config_kwargs={"overwrite": True},
         args=args,
         run=run,
