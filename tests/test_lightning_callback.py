@@ -95,12 +95,12 @@ class TinyModel(pl.LightningModule):
 
 def fit(
     model: TinyModel, data: TinyData, max_steps: int, callback: PrioritizedSamplingCallback | None = None,
-    ckpt_path: str | None = None, logger: Any = False,
+    ckpt_path: str | None = None, logger: Any = False, log_every_n_steps: int = 1,
 ) -> pl.Trainer:  # fmt: skip
     trainer = pl.Trainer(
         max_steps=max_steps, callbacks=[callback or PrioritizedSamplingCallback()], logger=logger,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        use_distributed_sampler=False, accelerator="cpu", log_every_n_steps=1,
+        use_distributed_sampler=False, accelerator="cpu", log_every_n_steps=log_every_n_steps,
     )  # fmt: skip
     trainer.fit(model, datamodule=data, ckpt_path=ckpt_path)
     return trainer
@@ -130,18 +130,21 @@ def test_callback_updates_exactly_the_drawn_indices_with_their_losses() -> None:
         assert priorities[i] == last.get(i, 1.0)
 
 
-def test_beta_is_annealed_per_step_and_logged(tmp_path: Path) -> None:
+@pytest.mark.parametrize("every", [1, 5])  # logged on the steps the logger writes
+def test_beta_is_annealed_per_step_and_logged(tmp_path: Path, every: int) -> None:
     pl.seed_everything(0, verbose=False)
     model, data = TinyModel(), TinyData(beta=0.0)
     logger = pl.loggers.CSVLogger(tmp_path, name="run")
-    fit(model, data, max_steps=20, callback=PrioritizedSamplingCallback(beta_start=0.4), logger=logger)
+    callback = PrioritizedSamplingCallback(beta_start=0.4)
+    fit(model, data, max_steps=20, callback=callback, logger=logger, log_every_n_steps=every)
     logger.save()
     lines = (Path(logger.log_dir) / "metrics.csv").read_text().splitlines()
     header = lines[0].split(",")
     rows = [dict(zip(header, line.split(","), strict=True)) for line in lines[1:]]
     betas = [float(r["per/beta"]) for r in rows if r.get("per/beta")]
-    assert len(betas) == 20
-    np.testing.assert_allclose(betas, 0.4 + 0.6 * np.arange(20) / 20, atol=1e-6)
+    assert [int(r["step"]) for r in rows if r.get("per/beta")] == list(range(every - 1, 20, every))
+    # β of the draw of step t (0-based): 0.4 + 0.6 t / 20, annealed over the 20 batches of the run.
+    np.testing.assert_allclose(betas, 0.4 + 0.6 * np.arange(every - 1, 20, every) / 20, atol=1e-6)
     for key in ("per/weight_mean", "per/weight_max", "per/max_priority"):
         assert all(r[key] for r in rows if r.get("per/beta")), key
     assert float(rows[-1]["per/weight_max"]) <= 1.0
