@@ -232,6 +232,18 @@ def test_atari_pong_smoke(tmp_path: Path) -> None:
     assert all(t >= 0 for t in result.timing_s.values())
 
 
+def test_minatar_smoke(tmp_path: Path) -> None:
+    """MinAtar's boolean 10×10×C grids stored as uint8 and read by the MinAtar CNN."""
+    config = DDQNConfig(
+        env="MinAtar/Breakout-v1", arm="rank", total_steps=260, learning_starts=200, eval_every=260,
+        eval_steps=50, eval_envs=2, log_every=100, log_dir=str(tmp_path), progress=False,
+        tensorboard=False, run_name="minatar",
+    )  # fmt: skip
+    result = train(config)
+    assert result.steps == 260 and result.updates == 61 and result.eval_steps == [260]
+    assert resolve(config).network == "minatar_cnn"
+
+
 def test_time_budget_stops_cleanly_and_sweep_writes_json_and_png(tmp_path: Path) -> None:
     from recipes.dqn_sweep import PlotConfig, SweepConfig, replot, sweep
 
