@@ -115,11 +115,19 @@ class ProportionalBackend:
             return 0.0
         low, eps, alpha = self.tree.min_raw(), self.tree.eps, self.tree.alpha
         if eps > 0.0 or low > 0.0 or alpha == 0.0 or self._positive is None:
-            return float((low + eps) ** alpha / total)
-        slot = self._positive.argmax()  # the smallest positive priority
-        if slot < 0 or self._negated is None:
-            return 0.0
-        return float((-self._negated[slot]) ** alpha / total)
+            smallest = float((low + eps) ** alpha / total)
+        else:
+            slot = self._positive.argmax()  # the smallest positive priority
+            if slot < 0 or self._negated is None:
+                return 0.0
+            smallest = float((-self._negated[slot]) ** alpha / total)
+        if smallest > 0.0:
+            return smallest
+        # A subnormal mass (ε = 0) whose P(i) underflows to 0 counts as probability 0: the
+        # smallest positive P(i) is then found by one pass (only in that corner).
+        p = self.tree.masses[: self.capacity] / total
+        positive = p[p > 0.0]
+        return float(positive.min()) if positive.shape[0] else 0.0
 
     def max_priority(self) -> float:
         return self.tree.max_raw() if self.count else math.nan

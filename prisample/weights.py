@@ -136,13 +136,18 @@ def weights_unchecked(
     return out
 
 
+_LOG_TINY = math.log(5e-324)  # log of the smallest positive float64
+
+
 @numba.njit(cache=True)
-def _log_max(log_c: np.ndarray, log_shifted: np.ndarray, slope: float, alpha: float) -> float:
+def _log_max(
+    log_c: np.ndarray, log_shifted: np.ndarray, slope: float, alpha: float, log_total: float
+) -> float:
     best = -math.inf
     for j in range(log_c.shape[0]):
         shifted = log_shifted[j]
-        if math.isnan(shifted) or (alpha > 0.0 and shifted == -math.inf):
-            continue  # an empty slot, or a zero priority with ε = 0 (probability 0)
+        if math.isnan(shifted) or (alpha > 0.0 and alpha * shifted - log_total < _LOG_TINY):
+            continue  # an empty slot, or a probability of 0 (a zero priority with ε = 0)
         best = max(best, log_c[j] - slope * shifted)
     return best
 
@@ -161,8 +166,10 @@ def log_memory_max(
     ``log c_j - αβ log(p_j + ε)`` is maximised in one pass over the kept logs (``NaN`` = empty
     slot), then ``c_j (P_min / P(j))^β = exp(that + β (log P_min + log total))``.
     """
-    best = float(_log_max(log_c, log_shifted, alpha * beta, alpha))
-    if best == -math.inf or not min_probability > 0.0 or not scale > 0.0:
+    if not (min_probability > 0.0 and scale > 0.0 and total > 0.0):
+        return 0.0
+    best = float(_log_max(log_c, log_shifted, alpha * beta, alpha, math.log(total)))
+    if best == -math.inf:
         return 0.0
     return math.exp(best - math.log(scale) + beta * (math.log(min_probability) + math.log(total)))
 

@@ -40,28 +40,30 @@ def weight_formula(
     normalize: str,
     min_probability: float,
     corrections: Sequence[float] | None = None,
-    memory_max: float | None = None,
+    log_memory_max: float | None = None,
 ) -> np.ndarray:
-    """Hand-written ``c_i (N·P)^-β`` with the chosen normalisation, in float64.
+    """Hand-written ``c_i (N·P)^-β`` with the chosen normalisation, in float64 logarithms (so
+    that subnormal probabilities neither overflow nor give ``inf / inf``).
 
-    ``memory_max`` is ``max_j c_j (N·P_j)^-β`` over the memory (needed with corrections under
-    ``"memory"``; without corrections it is ``(N·P_min)^-β``).  ``P = 0`` weighs 0.
+    ``log_memory_max`` is ``log max_j c_j (N·P_j)^-β`` over the memory (needed with corrections
+    under ``"memory"``; without corrections it is ``-β log(N·P_min)``).  ``P = 0`` weighs 0.
     """
     p = np.asarray(probabilities, dtype=np.float64)
     c = np.ones_like(p) if corrections is None else np.asarray(corrections, dtype=np.float64)
-    drawable = p > 0.0
-    raw = np.zeros_like(p)
-    with np.errstate(over="ignore"):
-        raw[drawable] = c[drawable] * (n * p[drawable]) ** -beta
+    log_w = np.full(p.shape, -np.inf)
+    drawable = (p > 0.0) & (c > 0.0)
+    log_w[drawable] = np.log(c[drawable]) - beta * np.log(n * p[drawable])
     if normalize == "none":
-        return np.minimum(raw, np.finfo(np.float32).max)  # clipped, never inf
+        return np.minimum(np.exp(log_w), np.finfo(np.float32).max)  # clipped, never inf
     if normalize == "memory":
-        top = (n * min_probability) ** -beta if memory_max is None else memory_max
+        top = -beta * math.log(n * min_probability) if log_memory_max is None else log_memory_max
     elif normalize == "batch":
-        top = raw.max() if raw.shape[0] else 1.0
+        top = float(log_w.max()) if log_w.shape[0] else 0.0
     else:
         raise AssertionError(normalize)
-    return raw / top if top > 0.0 else np.zeros_like(p)
+    if top == -np.inf:
+        return np.zeros_like(p)
+    return np.exp(log_w - top)
 
 
 class ReferenceSampler:
@@ -216,15 +218,18 @@ class ReferenceSampler:
         every = self.valid
         c_every = np.array([self.corrections.get(s, 1.0) for s in every])
         if self.backend == "greedy":
-            top = float(c_every.max()) if self.weight_norm == "memory" else None
+            largest = float(c_every.max())
+            top = (math.log(largest) if largest > 0 else -math.inf) if self.weight_norm == "memory" else None
             return weight_formula(np.ones(len(slots)), self.size, 0.0, self.weight_norm, 1.0, c, top)
         dist = self.distribution() if distribution is None else distribution
         p = np.array([dist[s] for s in slots])
         p_every = np.array([dist[s] for s in every])
         p_min = float(p_every[p_every > 0].min()) if np.any(p_every > 0) else 0.0
         top = None
-        if self.weight_norm == "memory":
-            top = float(weight_formula(p_every, self.size, self.beta, "none", p_min, c_every).max())
+        if self.weight_norm == "memory":  # log max_j c_j (N·P_j)^-β
+            keep = (p_every > 0) & (c_every > 0)
+            logs = np.log(c_every[keep]) - self.beta * np.log(self.size * p_every[keep])
+            top = float(logs.max(initial=-np.inf))
         return weight_formula(p, self.size, self.beta, self.weight_norm, p_min, c, top)
 
     def greedy_top(self, k: int) -> list[int]:

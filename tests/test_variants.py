@@ -304,3 +304,17 @@ def test_memory_maximum_matches_brute_force_on_large_memories(backend, layout):
         np.testing.assert_allclose(d.weights, raw[d.indices] / raw.max(), rtol=1e-5)
         s.update_priorities(d.indices, rng.exponential(size=32))
         priorities[d.indices] = s.priorities[d.indices]
+
+
+@pytest.mark.parametrize("corrected", [False, True])
+def test_subnormal_priority_with_eps_zero_counts_as_probability_zero(corrected):
+    """A subnormal priority with ``ε = 0`` has mass > 0 but ``P(i) = m_i / Σ m`` underflows to 0:
+    it weighs 0 and does not set the memory-wide scale (which would crush every other weight)."""
+    s = PrioritizedSampler(3, alpha=1.0, beta=0.4, eps=0.0, seed=0)
+    s.update_priorities([0, 1, 2], [5e-324, 17.8, 2.0])
+    if corrected:
+        s.set_corrections([0, 1, 2], [3.0, 1.0, 1.0])
+    p = s.probabilities([0, 1, 2])
+    assert p[0] == 0.0
+    raw = np.array([0.0, (3 * p[1]) ** -0.4, (3 * p[2]) ** -0.4])
+    np.testing.assert_allclose(s.weights([0, 1, 2]), raw / raw.max(), rtol=1e-6)
