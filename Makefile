@@ -1,5 +1,5 @@
 # Two commands set everything up on a fresh machine (only the package registries are needed):
-#   make demo   create .venv, install the project, run the main job
+#   make demo   create .venv, install the project, run the main job (tour, Cliffwalk, imbalanced MNIST)
 #   make test   create .venv, install the project with its test tools, lint, type-check, test
 PYTHON ?= python3
 VENV := .venv
@@ -9,7 +9,7 @@ STAMP := $(VENV)/.prisample-installed
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench offpolicy clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all
+
+offpolicy: $(STAMP)
+	$(BIN)/python -m recipes.offpolicy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
