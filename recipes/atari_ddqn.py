@@ -671,14 +671,16 @@ def train(config: DDQNConfig) -> RunResult:
         learn_reward, discount = transition_targets(reward, terminated, life_lost, bool(cfg.clip_reward))
         # Store (S_{t-1}, A_{t-1}, R_t, γ_t, S_t) (line 6); a step that only resets an environment
         # (next-step autoreset) is not a transition.
-        for i in np.flatnonzero(~prev_done):
-            # PER: a new transition enters at the maximal priority, p_t = max_{i<t} p_i
-            replay.add(obs[i], actions[i], learn_reward[i], discount[i], next_obs[i],
-                       episode_end=bool(terminated[i] or truncated[i]), stream=int(i))  # fmt: skip
+        live = np.flatnonzero(~prev_done)
         t3 = time.perf_counter()
+        if live.size:
+            # PER: a new transition enters at the maximal priority, p_t = max_{i<t} p_i
+            replay.add_many(obs[live], actions[live], learn_reward[live], discount[live], next_obs[live],
+                            episode_end=(terminated | truncated)[live], streams=live)  # fmt: skip
+        t4 = time.perf_counter()
         timing["act"] += t1 - t0
-        timing["env"] += t2 - t1
-        timing["add"] += t3 - t2
+        timing["env"] += (t2 - t1) + (t3 - t2)  # the step and its bookkeeping
+        timing["add"] += t4 - t3
         returns += np.where(prev_done, 0.0, reward)
         done = (terminated | truncated) & ~prev_done
         for i in np.flatnonzero(done):
