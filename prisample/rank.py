@@ -66,26 +66,88 @@ def power_law_partition(
     ``starts[s] <= h < starts[s+1]``, i.e. ranks ``starts[s]+1 .. starts[s+1]``) and ``mass``
     (``len = S``; the exact probability of each segment under ``P(r) = r^-α / H(n)``).
     Boundaries come from inverting the midpoint approximation ``∫_{1/2}^{x+1/2} t^-α dt`` of
-    ``H``; any partition would do, since the masses are computed exactly.
+    ``H``; any partition would do, since the masses are computed exactly (``H`` as in
+    :func:`power_sum`).  Compiled: a replay memory that is still filling changes ``n`` at every
+    draw, and the partition is then recomputed each time.
+
+    >>> starts, mass = power_law_partition(10, 1.0, 3)
+    >>> starts.tolist(), round(float(mass.sum()), 12)
+    ([0, 1, 3, 10], 1.0)
     """
-    if segments >= n:  # one rank per segment: the exact power law
-        starts = np.arange(n + 1, dtype=np.int64)
-        cumulative = power_sum(starts, alpha)
-        return starts, np.diff(cumulative) / cumulative[-1]
-    fractions = np.arange(1, segments, dtype=np.float64) / segments
+    if n < 1:
+        return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.float64)
+    head = _power_head(float(alpha))
+    starts, cumulative = _partition_kernel(int(n), float(alpha), int(min(segments, n)), head)
+    return starts, np.diff(cumulative) / cumulative[-1]
+
+
+_HEADS: dict[float, npt.NDArray[np.float64]] = {}
+
+
+def _power_head(alpha: float) -> npt.NDArray[np.float64]:
+    """``H(m)`` for ``m = 0 .. 256``, the exactly summed part of :func:`power_sum`."""
+    head = _HEADS.get(alpha)
+    if head is None:
+        head = power_sum(np.arange(_EXACT_TERMS + 1), alpha)
+        if len(_HEADS) > 64:
+            _HEADS.clear()
+        _HEADS[alpha] = head
+    return head
+
+
+@numba.njit(cache=True)
+def _power_sum_at(m: int, alpha: float, head: np.ndarray) -> float:
+    """:func:`power_sum` for one ``m`` (the same terms, in the same order)."""
+    if m <= _EXACT_TERMS:
+        return float(head[m])
+    a = float(_EXACT_TERMS + 1)
+    b = float(m)
     one_minus = 1.0 - alpha
+    log_ratio = math.log(b / a)
     if abs(one_minus) < 1e-12:
-        c_n = math.log((n + 0.5) / 0.5)
-        x = 0.5 * np.exp(fractions * c_n) - 0.5
+        integral = log_ratio
     else:
-        base = 0.5**one_minus
-        c_n = ((n + 0.5) ** one_minus - base) / one_minus
-        x = (fractions * c_n * one_minus + base) ** (1.0 / one_minus) - 0.5
-    inner = np.unique(np.clip(np.rint(x), 1, n - 1).astype(np.int64)) if n > 1 else np.empty(0, np.int64)
-    starts = np.concatenate(([0], inner, [n])).astype(np.int64)
-    cumulative = power_sum(starts, alpha)
-    mass = np.diff(cumulative) / cumulative[-1]
-    return starts, mass
+        integral = a**one_minus * math.expm1(one_minus * log_ratio) / one_minus
+    d1 = -alpha * (b ** (-alpha - 1.0) - a ** (-alpha - 1.0))
+    d3 = -alpha * (alpha + 1.0) * (alpha + 2.0) * (b ** (-alpha - 3.0) - a ** (-alpha - 3.0))
+    tail = integral + 0.5 * (a**-alpha + b**-alpha) + d1 / 12.0 - d3 / 720.0
+    return float(head[_EXACT_TERMS] + tail)
+
+
+@numba.njit(cache=True)
+def _partition_kernel(n: int, alpha: float, segments: int, head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Segment starts and ``H`` at each of them; boundaries rise with the fraction, so duplicates
+    (several fractions rounding to one rank) are adjacent and dropped in one pass."""
+    starts = np.empty(segments + 1, dtype=np.int64)
+    starts[0] = 0
+    count = 1
+    if segments >= n:  # one rank per segment: the exact power law
+        for r in range(1, n + 1):
+            starts[count] = r
+            count += 1
+    else:
+        one_minus = 1.0 - alpha
+        if abs(one_minus) < 1e-12:
+            c_n = math.log((n + 0.5) / 0.5)
+        else:
+            base = 0.5**one_minus
+            c_n = ((n + 0.5) ** one_minus - base) / one_minus
+        for j in range(1, segments):
+            f = j / segments
+            if abs(one_minus) < 1e-12:
+                x = 0.5 * math.exp(f * c_n) - 0.5
+            else:
+                x = (f * c_n * one_minus + base) ** (1.0 / one_minus) - 0.5
+            r = min(max(int(np.rint(x)), 1), n - 1)
+            if r > starts[count - 1]:
+                starts[count] = r
+                count += 1
+        starts[count] = n
+        count += 1
+    cumulative = np.empty(count, dtype=np.float64)
+    for s in range(count):
+        cumulative[s] = _power_sum_at(int(starts[s]), alpha, head)
+    return starts[:count].copy(), cumulative
 
 
 @numba.njit(cache=True)
@@ -121,6 +183,9 @@ class RankBackend:
         self.raw = raw
         self.order = SortedOrder(raw)
         self._partition_key: tuple[int, float] | None = None
+        self._built: tuple[int, float] | None = None  # (anchor, α) of the cut below
+        self._anchor_starts = np.zeros(1, dtype=np.int64)
+        self._anchor_h = np.zeros(1, dtype=np.float64)  # H at each boundary of that cut
         self._starts = np.zeros(1, dtype=np.int64)
         self._cumulative = np.zeros(0, dtype=np.float64)
         self._density = np.zeros(0, dtype=np.float64)
@@ -144,15 +209,43 @@ class RankBackend:
         return float(self.raw[self.order.select(np.zeros(1, dtype=np.int64))[0]]) if self.count else math.nan
 
     def _partition(self) -> None:
-        """Recompute the CDF segments when ``N`` or ``α`` changed since the last draw."""
-        key = (self.count, self.alpha)
-        if key != self._partition_key:
-            starts, mass = power_law_partition(self.count, self.alpha, min(self.count, self.resolution))
-            self._starts = starts
-            self._cumulative = np.cumsum(mass)
-            self._density = mass / np.diff(starts)
-            self._min_density = float(self._density.min())
-            self._partition_key = key
+        """Bring the CDF segments up to date with ``N`` and ``α``.
+
+        A memory that is filling grows ``N`` by a few slots between draws.  Rather than cutting
+        the power law anew each time, ``N`` is cut at an anchor ``A <= N`` (``N`` rounded down to a
+        multiple of ``g``, the power of two with ``256 g <= N < 512 g``), and the last segment
+        absorbs ranks ``A+1..N``.  Segment masses stay exact (``H`` at every boundary is kept; only
+        ``H(N)`` changes), the last segment takes at most ``g <= N/256`` more ranks where the power
+        law is flattest, and the partition stays a function of ``(N, α)`` alone, so a restored
+        sampler draws what the uninterrupted one would.
+        """
+        n = self.count
+        key = (n, self.alpha)
+        if key == self._partition_key:
+            return
+        anchor = n
+        if n > 256:
+            g = 1 << (n.bit_length() - 9)
+            anchor = n - n % g
+        if anchor <= self.resolution:
+            anchor = n
+        if self._built != (anchor, self.alpha):
+            segments = min(anchor, self.resolution)
+            head = _power_head(self.alpha)
+            self._anchor_starts, self._anchor_h = _partition_kernel(anchor, self.alpha, segments, head)
+            self._built = (anchor, self.alpha)
+        starts = self._anchor_starts.copy()
+        h_starts = self._anchor_h.copy()
+        if n != anchor:
+            starts[-1] = n
+            h_starts[-1] = _power_sum_at(n, self.alpha, _power_head(self.alpha))
+        h_segments = np.diff(h_starts)
+        total = h_starts[-1]
+        self._starts = starts
+        self._cumulative = np.cumsum(h_segments) / total
+        self._density = h_segments / total / np.diff(starts)
+        self._min_density = float(self._density.min())
+        self._partition_key = key
 
     def sample(
         self, k: int, rng: np.random.Generator
