@@ -772,9 +772,7 @@ class PrioritizedReplay:
     ) -> int:
         """Store a transition (see :meth:`ReplayMemory.add`); it enters at the maximum priority."""
         slot, evicted = self.memory._add(obs, action, reward, discount, next_obs, episode_end, stream)
-        if evicted.shape[0]:
-            self.sampler.remove(evicted)
-        self.sampler.add(np.array([slot]))
+        self._admit(slot, evicted)
         return slot
 
     def add_many(
@@ -784,16 +782,22 @@ class PrioritizedReplay:
         reward: npt.ArrayLike,
         discount: npt.ArrayLike,
         next_obs: npt.ArrayLike,
+        *,
         episode_end: npt.ArrayLike | None = None,
         streams: npt.ArrayLike | None = None,
     ) -> IntArray:
         """:meth:`add` for ``n`` transitions at once (see :meth:`ReplayMemory.add_many`)."""
         added = self.memory._add_many(obs, action, reward, discount, next_obs, episode_end, streams)
         for slot, evicted in added:  # in order: each enters at the maximum of the memory it joins
-            if evicted.shape[0]:
-                self.sampler.remove(evicted)
-            self.sampler.add(np.array([slot]))
+            self._admit(slot, evicted)
         return np.array([slot for slot, _ in added], dtype=np.int64)
+
+    def _admit(self, slot: int, evicted: IntArray) -> None:
+        """The sampler's side of a write: evicted transitions leave, the new one enters at the
+        maximum priority of what remains."""
+        if evicted.shape[0]:
+            self.sampler.remove(evicted)
+        self.sampler.add(np.array([slot]))
 
     def sample(self, k: int) -> tuple[Batch, Draw]:
         """Draw ``k`` live transitions: ``(batch, draw)`` with ``batch`` as :meth:`ReplayMemory.get`
