@@ -92,7 +92,7 @@ def _array_edit(draw: st.DrawFn, array: np.ndarray) -> Any:
     out = array.copy()
     if edit == "element" and out.size:
         flat_index = draw(st.integers(0, out.size - 1))
-        value = draw(st.sampled_from(ARRAY_ELEMENT_VALUES + [out.size, -out.size - 1, 2**31]))
+        value = draw(st.sampled_from([*ARRAY_ELEMENT_VALUES, out.size, -out.size - 1, 2**31]))
         if out.dtype.kind == "f":
             out.flat[flat_index] = value
         elif out.dtype.kind in "iub":
@@ -122,7 +122,9 @@ def _array_edit(draw: st.DrawFn, array: np.ndarray) -> Any:
 
 
 @st.composite
-def corrupted_states(draw: st.DrawFn, state: dict[str, Any], foreign: list[Any] | None = None) -> tuple[str, Any]:
+def corrupted_states(
+    draw: st.DrawFn, state: dict[str, Any], foreign: list[Any] | None = None
+) -> tuple[str, Any]:
     """One corruption of ``state`` with a short description; ``foreign`` adds other valid states
     (of another class or configuration) that must be refused as well."""
     kinds = ["replace", "replace", "array", "array", "drop", "extra", "not_state"]
@@ -163,7 +165,11 @@ def states_equal(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(states_equal(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(states_equal(x, y) for x, y in zip(a, b))
+        return (
+            type(a) is type(b)
+            and len(a) == len(b)
+            and all(states_equal(x, y) for x, y in zip(a, b, strict=False))
+        )
     if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
         return True
     return bool(type(a) is type(b) and a == b)
