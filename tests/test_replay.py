@@ -140,10 +140,11 @@ def test_frames_are_shared() -> None:
 
 
 def test_flat_observations_float32() -> None:
-    """CartPole-like float32 (4,) observations, frame_stack=1, including NaN and -0.0 exactly."""
+    """CartPole-like float32 (4,) observations, frame_stack=1, including -0.0 and subnormals exactly
+    (non-finite observations are rejected: test_non_finite_values_are_rejected_after_the_cast)."""
     memory = ReplayMemory(8, (4,), obs_dtype=np.float32)
-    obs = np.array([0.0, -0.0, np.nan, 1.5], np.float32)
-    nxt = np.array([-0.0, 0.0, 2.0, np.inf], np.float32)
+    obs = np.array([0.0, -0.0, 1e-45, 1.5], np.float32)
+    nxt = np.array([-0.0, 0.0, 2.0, -3.4e38], np.float32)
     slot = memory.add(obs, 1, 1.0, 1.0, nxt)
     memory.add(nxt, 0, 1.0, 0.0, obs, episode_end=True)
     batch = memory.get([slot, 1])
@@ -266,8 +267,11 @@ def test_load_state_dict_rejects_mismatch_and_changes_nothing() -> None:
     state = replay.state_dict()  # without memory: sampler slots must match the memory
     other = PrioritizedReplay(8, FRAME, frame_stack=2, seed=0)
     before = other.sampler.priorities
-    with pytest.raises(ValueError, match="live transitions"):
+    with pytest.raises(ValueError, match="memory_head should be 0"):
         other.load_state_dict(state)
+    version_1 = {k: v for k, v in state.items() if k not in ("memory_head", "memory_tail")}
+    with pytest.raises(ValueError, match="live slots"):  # a version-1 state: the live slots decide
+        other.load_state_dict({**version_1, "version": 1})
     np.testing.assert_array_equal(other.sampler.priorities, before)
     with pytest.raises(ValueError, match="frame_stack"):
         ReplayMemory(8, FRAME, frame_stack=3).load_state_dict(replay.memory.state_dict())
