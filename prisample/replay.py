@@ -798,7 +798,7 @@ class ReplayMemory:
         if not np.array_equal(listed, unused):
             twice = np.flatnonzero(listed[1:] == listed[:-1])
             if twice.shape[0]:
-                fail("free", f"should list each unused frame row once, but got row {listed[twice[0]]} twice")
+                fail("free", f"should list each unused row once, but got row {listed[twice[0]]} twice")
             row = int(listed[np.argmax(count[listed] > 0)])
             fail("free", f"should list only unused frame rows, but got row {row}, used {count[row]} times")
         reward, discount = a["reward"][live], a["discount"][live]
