@@ -94,15 +94,35 @@ def random_adds(memory: ReplayMemory, add: Callable[..., Any], seed: int, n: int
             )
 
 
+def check_free_rows_unused(memory: ReplayMemory) -> None:
+    """Naive reference for ``check_valid``'s pool invariants: the rows the next adds will take are
+    used by no live transition and no stream's last stack, and each row is counted once per use."""
+    uses = [0] * memory.frame_capacity
+    for slot in range(memory.capacity):
+        if memory.valid([slot])[0]:
+            for row in [*memory._obs_rows[slot], *memory._next_rows[slot]]:
+                uses[row] += 1
+    for stream in range(memory.num_streams):
+        if memory._stream_live[stream]:
+            for row in [*memory._stream_obs[stream], *memory._stream_next[stream]]:
+                uses[row] += 1
+    free = memory._free[: memory._nfree].tolist()
+    assert len(set(free)) == len(free)
+    assert sorted(free) == [row for row, n in enumerate(uses) if n == 0]
+    assert memory._refs.tolist() == uses
+
+
 def check_memory_consistent(memory: ReplayMemory, add: Callable[..., Any] | None = None) -> None:
-    """Invariants hold, every live slot reads back, and later adds leave the frames of the
-    transitions that stay live exactly as they were."""
+    """Invariants hold (``check_valid`` and a naive recount), every live slot reads back, and
+    later adds leave the frames of the transitions that stay live exactly as they were."""
     memory.check_valid()
+    check_free_rows_unused(memory)
     slots = np.flatnonzero(memory.valid(np.arange(memory.capacity)))
     assert slots.shape[0] == len(memory)
     before = {key: value.copy() for key, value in memory.get(slots).items()}
     random_adds(memory, add or memory.add, seed=len(memory))
     memory.check_valid()
+    check_free_rows_unused(memory)
     still = memory.valid(slots) & (memory.generations(slots) == before["generation"])
     after = memory.get(slots[still])
     for key, value in before.items():
