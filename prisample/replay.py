@@ -532,9 +532,8 @@ class ReplayMemory:
         outside = ~((discounts >= 0.0) & (discounts <= 1.0))
         if outside.any():
             j = int(np.argmax(outside))
-            raise ValueError(
-                f"discount should lie in [0, 1], but got discount[{j}]={to_numpy(discount, 'discount')[j]!r}"
-            )
+            given = to_numpy(discount, "discount")[j].item()
+            raise ValueError(f"discount should lie in [0, 1], but got discount[{j}]={given!r}")
         if episode_end is None:
             ends = np.zeros(n, dtype=np.bool_)
         else:
