@@ -265,6 +265,9 @@ class VectorStepConverter:
         previous step ended an episode (their reset step).  ``next_obs`` of a row is the episode's
         final observation where it ended (``infos["final_obs"]`` in same-step mode); ``discount =
         gamma · (1 − terminated)``; ``episode_end = terminated | truncated``.
+
+        Arrays may be numpy arrays, lists or torch tensors; a dict or tuple is a ``Dict`` or
+        ``Tuple`` space, and its rows come back as a dict or tuple of arrays.
         """
         n = self.num_envs
         obs_t = _leaves(obs, "obs", n)

@@ -449,3 +449,24 @@ def test_corrupted_state_is_refused_or_consistent(corrupted: tuple[str, Any]) ->
     _, state = corrupted
     check_load(ended_next_step(), state, check_consistent)
     check_load(VectorStepConverter(3, autoreset_mode="Disabled"), state, check_consistent)
+
+
+def test_for_env_without_a_mode_detects_it() -> None:
+    class Bare:
+        num_envs = 3
+        metadata: dict[str, Any] = {}  # noqa: RUF012
+
+    conv = VectorStepConverter.for_env(Bare())  # type: ignore[arg-type]
+    assert conv.num_envs == 3 and conv.autoreset_mode is None
+    with pytest.raises(TypeError, match="num_envs should be an integer"):
+        VectorStepConverter.for_env(object())  # type: ignore[arg-type]
+
+
+def test_torch_tensors_and_lists_are_accepted() -> None:
+    torch = pytest.importorskip("torch")
+    conv = VectorStepConverter(3)
+    done = torch.tensor([False, True, False])
+    rows = conv.step(torch.zeros(3, 2), [0, 1, 2], torch.ones(3, dtype=torch.float64), done,
+                     torch.zeros(3, dtype=torch.bool), torch.ones(3, 2), {}, gamma=GAMMA)  # fmt: skip
+    assert rows.streams.tolist() == [0, 1, 2] and rows.discount.tolist() == [GAMMA, 0.0, GAMMA]
+    assert conv.step(**step_args()).streams.tolist() == [0, 2]
