@@ -62,6 +62,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import argparse
+import contextlib
 import gc
 import inspect
 import json
@@ -78,6 +79,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.timing import QuietPolicy, measure_quiet
+
 ROOT = Path(__file__).resolve().parent.parent
 ENVS, STACK, FRAME, BATCH = 4, 4, (84, 84), 32
 ALPHA, BETA = 0.6, 0.4
@@ -91,6 +94,7 @@ FULL: dict[str, Any] = {
     "block_s": 0.2,
     "period": 1000,
     "memory_n": 1 << 18,
+    "quiet_attempts": 3,
 }
 QUICK: dict[str, Any] = {
     "sizes": [1 << 12, 1 << 14],
@@ -99,6 +103,7 @@ QUICK: dict[str, Any] = {
     "block_s": 0.02,
     "period": 128,
     "memory_n": 1 << 12,
+    "quiet_attempts": 1,
 }
 
 # Named prisample configurations: constructor keywords, and keywords for add_many computed per
@@ -313,10 +318,8 @@ def _disk_bytes(path: str) -> int:
     total = 0
     for folder, _, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):
                 total += os.stat(os.path.join(folder, name)).st_blocks * 512
-            except OSError:
-                pass
     return total
 
 
@@ -424,15 +427,17 @@ def _mem_total() -> int:
 
 # -- timing ------------------------------------------------------------------------------------
 def _time_group(
-    contenders: dict[str, Contender], config: dict[str, Any]
+    contenders: dict[str, Contender], config: dict[str, Any], policy: QuietPolicy
 ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
-    """Per pass: µs per replay step of each contender (interleaved), and the CPU interference."""
-    from benchmarks.timing import measure_quiet
+    """Per pass: µs per replay step of each contender (interleaved), and the CPU interference
+    (a pass during which other processes were busy is retried as ``policy`` says)."""
 
     cases: dict[str, Callable[[], object]] = {name: c.step for name, c in contenders.items()}
     passes, load = [], []
     for _ in range(config["passes"]):
-        times, others, steal = measure_quiet(cases, reps=config["reps"], block_s=config["block_s"])
+        times, others, steal = measure_quiet(
+            cases, reps=config["reps"], block_s=config["block_s"], policy=policy
+        )
         passes.append(times)
         load.append({"others_cpus": others, "steal_cpus": steal})
     return passes, load
@@ -447,7 +452,9 @@ def _summary(passes: list[dict[str, float]], name: str, base: str = "prisample")
     return out
 
 
-def run_size(n: int, stream: Stream, config: dict[str, Any], peers: tuple[str, ...]) -> dict[str, Any]:
+def run_size(
+    n: int, stream: Stream, config: dict[str, Any], peers: tuple[str, ...], policy: QuietPolicy
+) -> dict[str, Any]:
     result: dict[str, Any] = {"n": n, "libraries": {"prisample": {}}, "variants": {}}
     libs = result["libraries"]
     contenders: dict[str, Contender] = {}
@@ -483,7 +490,7 @@ def run_size(n: int, stream: Stream, config: dict[str, Any], peers: tuple[str, .
             entry["fill_s"] = time.perf_counter() - started
             contenders[name] = contender
             log(f"  {name}: filled {entry['n_measured']} transitions in {entry['fill_s']:.1f} s")
-        passes, load = _time_group(contenders, config)
+        passes, load = _time_group(contenders, config, policy)
         result["load"] = load
         for name, contender in contenders.items():
             libs[name].update(_summary(passes, name))
@@ -503,7 +510,7 @@ def run_size(n: int, stream: Stream, config: dict[str, Any], peers: tuple[str, .
             except TypeError as error:
                 why = f"not available in this version: {error}"
             else:
-                passes, load = _time_group({"prisample": base, vname: other}, config)
+                passes, load = _time_group({"prisample": base, vname: other}, config, policy)
                 entry = _summary(passes, vname)
                 entry["load"] = load
                 entry["stacks_exact"] = other.stacks_exact()
@@ -581,9 +588,9 @@ def run(config: dict[str, Any], command: str, peers: tuple[str, ...] | None = No
     import torch
 
     from benchmarks.run_all import machine
-    from benchmarks.timing import QUIET
 
     torch.set_num_threads(1)
+    policy = QuietPolicy(attempts=config["quiet_attempts"])
     started = time.perf_counter()
     found, missing = available_peers()
     peers = found if peers is None else tuple(p for p in peers if p in found)
@@ -604,7 +611,7 @@ def run(config: dict[str, Any], command: str, peers: tuple[str, ...] | None = No
             "mean_episode": EPISODE,
             "step": "add the 4 transitions of one vector step, sample 32 with obs and next_obs stacks, "
             "update 32 priorities",
-        },  # fmt: skip
+        },
         "peers_missing": missing,
         "sizes": [],
     }
@@ -612,14 +619,17 @@ def run(config: dict[str, Any], command: str, peers: tuple[str, ...] | None = No
     stream = make_stream(config["period"], seed=0)
     for n in config["sizes"]:
         log(f"N = {n}")
-        results["sizes"].append(run_size(n, stream, config, peers))
+        results["sizes"].append(run_size(n, stream, config, peers, policy))
     results["memory"] = {}
     if config["memory_n"]:
         log(f"memory per transition at N = {config['memory_n']} (fresh processes)")
         for name in ("prisample", *peers):
             results["memory"][name] = memory_per_transition(name, config["memory_n"], config.get("scratch"))
             log(f"  {name}: {results['memory'][name]}")
-    results["quiet_policy"] = {"retries": QUIET.retries, "waited_s": QUIET.waited_s}
+    results["quiet_policy"] = {
+        "max_others": policy.max_others, "attempts": policy.attempts, "retries": policy.retries,
+        "waited_s": policy.waited_s,
+    }  # fmt: skip
     results["loadavg_end"] = os.getloadavg()
     results["elapsed_s"] = time.perf_counter() - started
     return results
@@ -635,8 +645,8 @@ def table(results: dict[str, Any]) -> list[str]:
     """Markdown rows: one per size and library, then the prisample variants."""
     memory = results.get("memory", {})
     lines = [
-        "| N | library | N measured | µs per replay step | per pass | prisample faster by | bytes per transition "
-        "| stacks exact |",
+        "| N | library | N measured | µs per replay step | per pass | prisample faster by "
+        "| bytes per transition | stacks exact |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for block in results["sizes"]:
@@ -721,8 +731,8 @@ def section(results: dict[str, Any] | None) -> str:
         m = results["machine"]
         v = m["versions"]
         lines += [
-            f"{m['cpu']}, numpy {v['numpy']}, torch {v['torch']}, cpprb {v['cpprb']}, torchrl {v['torchrl']}, "
-            f"{m['date'][:10]}; {results['elapsed_s'] / 60:.0f} min.",
+            f"{m['cpu']}, numpy {v['numpy']}, torch {v['torch']}, cpprb {v['cpprb']}, "
+            f"torchrl {v['torchrl']}, {m['date'][:10]}; {results['elapsed_s'] / 60:.0f} min.",
             "",
             *table(results),
         ]
@@ -735,7 +745,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", help="memory capacities N (transitions)")
     parser.add_argument("--passes", type=int, help="interleaved passes")
     parser.add_argument("--peers", nargs="*", help="peers to run (default: cpprb and TorchRL when installed)")
-    parser.add_argument("--memory-n", type=int, help="capacity of the bytes-per-transition measurement")
+    parser.add_argument(
+        "--memory-n", type=int, help="capacity of the bytes-per-transition measurement (0: none)"
+    )
     parser.add_argument("--scratch", help="folder for TorchRL's memmap (default: the temp folder)")
     parser.add_argument("--disk-margin-gb", type=float, default=10.0, help="disk left free by the memmap")
     parser.add_argument("--out", type=Path, help="JSON results (default: none)")
@@ -755,7 +767,7 @@ def main(argv: list[str] | None = None) -> None:
             config["memory_n"] = min(config["memory_n"], min(args.sizes))
         if args.passes:
             config["passes"] = args.passes
-        if args.memory_n:
+        if args.memory_n is not None:
             config["memory_n"] = args.memory_n
         config["scratch"] = args.scratch
         config["disk_margin_gb"] = args.disk_margin_gb
