@@ -401,11 +401,8 @@ class ReplayMemory:
         when it held a live transition)."""
         obs_w = self._stack_words(obs, "obs")
         next_w = self._stack_words(next_obs, "next_obs")
-        action_a = _cast(
-            np.asarray(action) if type(action) is int else to_numpy(action, "action"),
-            self.action_dtype,
-            "action",
-        )
+        action_a = _cast(np.asarray(action) if type(action) is int else to_numpy(action, "action"),
+                         self.action_dtype, "action")
         if action_a.shape != self.action_shape:
             raise ValueError(f"action should have shape {self.action_shape}, but got shape {action_a.shape}")
         reward_f = _real(reward, "reward")
@@ -467,13 +464,8 @@ class ReplayMemory:
         stream per environment) and ``episode_end`` to all ``False``.  Everything is checked
         before anything is stored.  Returns the slots.
         """
-        return np.array(
-            [
-                slot
-                for slot, _ in self._add_many(obs, action, reward, discount, next_obs, episode_end, streams)
-            ],
-            dtype=np.int64,
-        )
+        return np.array([slot for slot, _ in self._add_many(obs, action, reward, discount, next_obs,
+                                                            episode_end, streams)], dtype=np.int64)
 
     def _add_many(
         self,

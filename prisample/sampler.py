@@ -299,7 +299,9 @@ class PrioritizedSampler(Sampler[int]):
         self._corrections_max = ArgMaxTree(corrections)
         with np.errstate(divide="ignore"):
             self._log_corrections = np.log(corrections)
-            self._log_shifted = np.log(self._raw + self._eps) if self.backend_name == "proportional" else None
+            self._log_shifted = (
+                np.log(self._raw + self._eps) if self.backend_name == "proportional" else None
+            )
 
     def _priorities_written(self, idx: npt.NDArray[np.int64]) -> None:
         self._writes += 1

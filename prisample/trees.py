@@ -126,7 +126,9 @@ def _tree_write(
     for j in range(k):
         v = values[j]
         new_masses[j] = 0.0 if math.isnan(v) else (v + eps) ** alpha
-        if not math.isnan(v) and not ((new_masses[j] > 0.0 or v + eps == 0.0) and new_masses[j] < math.inf):
+        if not math.isnan(v) and not (
+            (new_masses[j] > 0.0 or v + eps == 0.0) and new_masses[j] < math.inf
+        ):
             return BAD_MASS, 0
     depth = offsets.shape[0] - 1
     for j in range(k):  # every line the walks will touch is known now: ask for all of them
