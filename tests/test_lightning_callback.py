@@ -240,7 +240,11 @@ def test_plain_sampler_on_one_process_trains_like_a_ledger() -> None:
         fit(model, data, max_steps=12, callback=PrioritizedSamplingCallback(beta_start=0.2, beta_end=0.8))
         runs.append((model, data.priorities()))
     (plain_model, plain_priorities), (ledger_model, ledger_priorities) = runs
-    for a, b in zip(plain_model.batches + plain_model.weights, ledger_model.batches + ledger_model.weights):
+    plain_run, ledger_run = (
+        plain_model.batches + plain_model.weights,
+        ledger_model.batches + ledger_model.weights,
+    )
+    for a, b in zip(plain_run, ledger_run, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert not torch.all(torch.cat(plain_model.weights) == 1.0)  # draw-time weights, β > 0
     np.testing.assert_array_equal(plain_priorities, ledger_priorities)
