@@ -127,6 +127,7 @@ class PrioritizedSamplingCallback(Callback):
             prioritization is for, and β = 1 all of it in expectation.
         beta_end: when given, β is annealed linearly from ``beta_start`` to this over the run's
             batches (the paper's RL setting: 0.4 → 1); ``None`` holds β at ``beta_start``.
+            Without ``beta_start`` it has no effect.
         priority_key: key of the per-sample losses in the training step's output.
         sampler: the sampler to drive (a ``PrioritizedSampler``, ``DrawLedger`` or
             ``DistributedPrioritizedSampler``); by default the one found among the DataModule's or
@@ -148,8 +149,6 @@ class PrioritizedSamplingCallback(Callback):
             check_beta(beta_start, "beta_start")
         if beta_end is not None:
             check_beta(beta_end, "beta_end")
-            if beta_start is None:
-                raise ValueError(f"beta_end={beta_end!r} needs beta_start, the β to anneal from")
         if not isinstance(priority_key, str):
             raise TypeError(f"priority_key should be a string, but got priority_key={priority_key!r}")
         if sampler is not None and not isinstance(sampler, _SAMPLERS):

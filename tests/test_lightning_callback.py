@@ -303,5 +303,5 @@ def test_callback_beta_defaults_do_not_anneal_to_one() -> None:
     callback = PrioritizedSamplingCallback(beta_start=0.3)
     fit(TinyModel(), data, max_steps=12, callback=callback)
     assert data.sampler is not None and data.sampler.beta == 0.3  # held, not annealed
-    with pytest.raises(ValueError, match="beta_start"):
-        PrioritizedSamplingCallback(beta_end=1.0)
+    with pytest.raises(ValueError, match="beta_end"):
+        PrioritizedSamplingCallback(beta_start=0.0, beta_end=5.0)
