@@ -33,7 +33,7 @@ per stored value, so ``reward`` is within float32's half-ulp of the exact float6
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import Any, NoReturn
 
 import numba
 import numpy as np
@@ -48,82 +48,67 @@ _BUSY = -1
 IntArray = npt.NDArray[np.int64]
 
 
+# Columns of the packed arrays (few arrays: each argument of a compiled call costs ~0.1 µs).
+_SLOT, _GEN = 0, 1  # queue[stream, j]: pending transition
+_SUM_G, _SUM_D = 0, 1  # sums[stream, j]: its partial reward G and discount Γ (float64)
+_FIRST, _COUNT = 0, 1  # ring[stream]: where its queue starts, how many are pending
+_TRACKED, _DONE, _LAST, _LENGTH = 0, 1, 2, 3  # track[slot]: generation held (-1: none), complete, ...
+_REWARD, _DISCOUNT = 0, 1  # result[slot]: the completed window's reward and discount (float32)
+
+
 @numba.njit(cache=True)
 def _finish(
-    q_slot: np.ndarray,
-    q_gen: np.ndarray,
-    q_reward: np.ndarray,
-    q_discount: np.ndarray,
+    queue: np.ndarray,
+    sums: np.ndarray,
+    track: np.ndarray,
+    result: np.ndarray,
     stream: int,
     j: int,
     last_slot: int,
     m: int,
-    complete: np.ndarray,
-    reward: np.ndarray,
-    discount: np.ndarray,
-    last: np.ndarray,
-    length: np.ndarray,
     out: np.ndarray,
     count: int,
 ) -> int:
     """Complete pending entry ``j`` of ``stream`` as a window of ``m`` ending at ``last_slot``."""
-    slot = q_slot[stream, j]
-    reward[slot] = q_reward[stream, j]
-    discount[slot] = q_discount[stream, j]
-    last[slot] = last_slot
-    length[slot] = m
-    complete[slot] = True
-    q_slot[stream, j], q_gen[stream, j] = -1, -1
-    q_reward[stream, j], q_discount[stream, j] = 0.0, 0.0
+    slot = queue[stream, j, _SLOT]
+    result[slot, _REWARD] = sums[stream, j, _SUM_G]
+    result[slot, _DISCOUNT] = sums[stream, j, _SUM_D]
+    track[slot, _DONE], track[slot, _LAST], track[slot, _LENGTH] = 1, last_slot, m
+    queue[stream, j, _SLOT], queue[stream, j, _GEN] = -1, -1
+    sums[stream, j, _SUM_G], sums[stream, j, _SUM_D] = 0.0, 0.0
     out[count] = slot
     return count + 1
 
 
 @numba.njit(cache=True)
 def _flush(
-    q_slot: np.ndarray,
-    q_gen: np.ndarray,
-    q_reward: np.ndarray,
-    q_discount: np.ndarray,
-    q_first: np.ndarray,
-    q_count: np.ndarray,
+    queue: np.ndarray,
+    sums: np.ndarray,
+    ring: np.ndarray,
+    track: np.ndarray,
+    result: np.ndarray,
     stream: int,
-    complete: np.ndarray,
-    reward: np.ndarray,
-    discount: np.ndarray,
-    last: np.ndarray,
-    length: np.ndarray,
     out: np.ndarray,
     count: int,
 ) -> int:
     """Complete every pending entry of ``stream``: windows ending at its newest transition."""
-    n, first, c = q_slot.shape[1], q_first[stream], q_count[stream]
+    n, first, c = queue.shape[1], ring[stream, _FIRST], ring[stream, _COUNT]
     if c == 0:
         return count
-    newest = q_slot[stream, (first + c - 1) % n]
+    newest = queue[stream, (first + c - 1) % n, _SLOT]
     for i in range(c):
-        count = _finish(
-            q_slot, q_gen, q_reward, q_discount, stream, (first + i) % n, newest, c - i,
-            complete, reward, discount, last, length, out, count,
-        )  # fmt: skip
-    q_first[stream], q_count[stream] = 0, 0
+        count = _finish(queue, sums, track, result, stream, (first + i) % n, newest, c - i, out, count)
+    ring[stream, _FIRST], ring[stream, _COUNT] = 0, 0
     return count
 
 
 @numba.njit(cache=True)
 def _push(
-    q_slot: np.ndarray,
-    q_gen: np.ndarray,
-    q_reward: np.ndarray,
-    q_discount: np.ndarray,
-    q_first: np.ndarray,
-    q_count: np.ndarray,
-    generation: np.ndarray,
-    complete: np.ndarray,
-    reward: np.ndarray,
-    discount: np.ndarray,
-    last: np.ndarray,
-    length: np.ndarray,
+    queue: np.ndarray,
+    sums: np.ndarray,
+    ring: np.ndarray,
+    track: np.ndarray,
+    result: np.ndarray,
     slot: int,
     gen: int,
     stream: int,
@@ -136,47 +121,36 @@ def _push(
 ) -> int:
     """One transition into its stream; returns ``count`` plus the windows it completed (written to
     ``out``), or ``_BUSY`` (nothing changed) when ``slot`` still holds a tracked transition."""
-    if generation[slot] != -1:
+    if track[slot, _TRACKED] != -1:
         return _BUSY
-    n = q_slot.shape[1]
+    n = queue.shape[1]
     if not continues:  # a boundary: the pending windows end at the stream's previous transition
-        count = _flush(q_slot, q_gen, q_reward, q_discount, q_first, q_count, stream,
-                       complete, reward, discount, last, length, out, count)  # fmt: skip
-    first, c = q_first[stream], q_count[stream]
+        count = _flush(queue, sums, ring, track, result, stream, out, count)
+    first, c = ring[stream, _FIRST], ring[stream, _COUNT]
     for i in range(c):  # G += Γ·r_t, Γ *= γ_t for every pending window of the stream
         j = (first + i) % n
-        q_reward[stream, j] += q_discount[stream, j] * r
-        q_discount[stream, j] *= g
+        sums[stream, j, _SUM_G] += sums[stream, j, _SUM_D] * r
+        sums[stream, j, _SUM_D] *= g
     j = (first + c) % n
-    q_slot[stream, j], q_gen[stream, j] = slot, gen
-    q_reward[stream, j], q_discount[stream, j] = r, g
-    q_count[stream] = c + 1
-    generation[slot] = gen
+    queue[stream, j, _SLOT], queue[stream, j, _GEN] = slot, gen
+    sums[stream, j, _SUM_G], sums[stream, j, _SUM_D] = r, g
+    ring[stream, _COUNT] = c + 1
+    track[slot, _TRACKED] = gen
     if end:
-        return _flush(q_slot, q_gen, q_reward, q_discount, q_first, q_count, stream,
-                      complete, reward, discount, last, length, out, count)  # fmt: skip
+        return _flush(queue, sums, ring, track, result, stream, out, count)
     if c + 1 == n:  # the oldest window now holds n transitions
-        count = _finish(q_slot, q_gen, q_reward, q_discount, stream, first, slot, n,
-                        complete, reward, discount, last, length, out, count)  # fmt: skip
-        q_first[stream] = (first + 1) % n
-        q_count[stream] = c
+        count = _finish(queue, sums, track, result, stream, first, slot, n, out, count)
+        ring[stream, _FIRST], ring[stream, _COUNT] = (first + 1) % n, c
     return count
 
 
 @numba.njit(cache=True)
 def _push_many(
-    q_slot: np.ndarray,
-    q_gen: np.ndarray,
-    q_reward: np.ndarray,
-    q_discount: np.ndarray,
-    q_first: np.ndarray,
-    q_count: np.ndarray,
-    generation: np.ndarray,
-    complete: np.ndarray,
-    reward: np.ndarray,
-    discount: np.ndarray,
-    last: np.ndarray,
-    length: np.ndarray,
+    queue: np.ndarray,
+    sums: np.ndarray,
+    ring: np.ndarray,
+    track: np.ndarray,
+    result: np.ndarray,
     slots: np.ndarray,
     gens: np.ndarray,
     streams: np.ndarray,
@@ -190,64 +164,54 @@ def _push_many(
     (else, with nothing changed, ``-1 - i`` for a busy ``slots[i]``, ``-1 - k - i`` for a repeat)."""
     k = slots.shape[0]
     for i in range(k):
-        if generation[slots[i]] != -1:
-            duplicate = generation[slots[i]] == -2
+        if track[slots[i], _TRACKED] != -1:
+            duplicate = track[slots[i], _TRACKED] == -2
             for h in range(i):
-                generation[slots[h]] = -1
+                track[slots[h], _TRACKED] = -1
             return -1 - k - i if duplicate else -1 - i
-        generation[slots[i]] = -2  # marks the slots of this call: a repeat is a duplicate
+        track[slots[i], _TRACKED] = -2  # marks the slots of this call: a repeat is a duplicate
     for i in range(k):
-        generation[slots[i]] = -1
+        track[slots[i], _TRACKED] = -1
     count = 0
     for i in range(k):
-        count = _push(
-            q_slot, q_gen, q_reward, q_discount, q_first, q_count, generation, complete,
-            reward, discount, last, length, slots[i], gens[i], streams[i], rewards[i], discounts[i],
-            ends[i], continues[i], out, count,
-        )  # fmt: skip
+        count = _push(queue, sums, ring, track, result, slots[i], gens[i], streams[i], rewards[i],
+                      discounts[i], ends[i], continues[i], out, count)  # fmt: skip
     return count
 
 
 @numba.njit(cache=True)
 def _evict(
-    q_slot: np.ndarray,
-    q_gen: np.ndarray,
-    q_reward: np.ndarray,
-    q_discount: np.ndarray,
-    q_first: np.ndarray,
-    q_count: np.ndarray,
-    generation: np.ndarray,
-    complete: np.ndarray,
-    reward: np.ndarray,
-    discount: np.ndarray,
-    last: np.ndarray,
-    length: np.ndarray,
+    queue: np.ndarray,
+    sums: np.ndarray,
+    ring: np.ndarray,
+    track: np.ndarray,
+    result: np.ndarray,
     slots: np.ndarray,
     gens: np.ndarray,
 ) -> int:
     """Forget the transitions ``(slots, gens)``; returns how many pending entries were dropped."""
-    n, dropped = q_slot.shape[1], 0
+    n, dropped = queue.shape[1], 0
     for e in range(slots.shape[0]):
         slot, gen = slots[e], gens[e]
-        if generation[slot] != gen or gen < 0:
+        if track[slot, _TRACKED] != gen or gen < 0:
             continue  # not tracked (never pushed, already forgotten, or another generation)
-        generation[slot] = -1
-        if complete[slot]:
-            complete[slot] = False
-            reward[slot], discount[slot], last[slot], length[slot] = 0.0, 0.0, -1, 0
+        track[slot, _TRACKED] = -1
+        if track[slot, _DONE]:
+            track[slot, _DONE], track[slot, _LAST], track[slot, _LENGTH] = 0, -1, 0
+            result[slot, _REWARD], result[slot, _DISCOUNT] = 0.0, 0.0
             continue
-        for s in range(q_slot.shape[0]):  # pending: drop it and the older entries of its stream
-            first, c = q_first[s], q_count[s]
+        for s in range(queue.shape[0]):  # pending: drop it and the older entries of its stream
+            first, c = ring[s, _FIRST], ring[s, _COUNT]
             for i in range(c):
                 j = (first + i) % n
-                if q_slot[s, j] == slot and q_gen[s, j] == gen:
+                if queue[s, j, _SLOT] == slot and queue[s, j, _GEN] == gen:
                     for h in range(i + 1):
                         jj = (first + h) % n
-                        generation[q_slot[s, jj]] = -1
-                        q_slot[s, jj], q_gen[s, jj] = -1, -1
-                        q_reward[s, jj], q_discount[s, jj] = 0.0, 0.0
-                    q_first[s] = (first + i + 1) % n if c > i + 1 else 0
-                    q_count[s] = c - i - 1
+                        track[queue[s, jj, _SLOT], _TRACKED] = -1
+                        queue[s, jj, _SLOT], queue[s, jj, _GEN] = -1, -1
+                        sums[s, jj, _SUM_G], sums[s, jj, _SUM_D] = 0.0, 0.0
+                    ring[s, _FIRST] = (first + i + 1) % n if c > i + 1 else 0
+                    ring[s, _COUNT] = c - i - 1
                     dropped += i + 1
                     break
     return dropped
@@ -330,47 +294,43 @@ class NStepAccumulator:
         self.n = check_positive_int(n, "n")
         self.num_streams = check_positive_int(num_streams, "num_streams")
         self.capacity = check_positive_int(capacity, "capacity")
-        shape = (self.num_streams, self.n)
-        # pending entries (free ones hold -1, -1, 0, 0): ring per stream starting at q_first
-        self._q_slot = np.full(shape, -1, dtype=np.int64)
-        self._q_gen = np.full(shape, -1, dtype=np.int64)
-        self._q_reward = np.zeros(shape, dtype=np.float64)
-        self._q_discount = np.zeros(shape, dtype=np.float64)
-        self._q_first = np.zeros(self.num_streams, dtype=np.int64)
-        self._q_count = np.zeros(self.num_streams, dtype=np.int64)
-        # per slot: tracked generation (-1: none), window complete, and its results
-        c = self.capacity
-        self._generation = np.full(c, -1, dtype=np.int64)
-        self._complete = np.zeros(c, dtype=np.bool_)
-        self._reward = np.zeros(c, dtype=np.float32)
-        self._discount = np.zeros(c, dtype=np.float32)
-        self._last = np.full(c, -1, dtype=np.int64)
-        self._length = np.zeros(c, dtype=np.int64)
+        s, c = self.num_streams, self.capacity
+        self._queue = np.full((s, self.n, 2), -1, dtype=np.int64)  # free entries: slot -1, gen -1
+        self._sums = np.zeros((s, self.n, 2), dtype=np.float64)  # free entries: 0, 0
+        self._ring = np.zeros((s, 2), dtype=np.int64)
+        self._track = np.zeros((c, 4), dtype=np.int64)
+        self._track[:, _TRACKED] = self._track[:, _LAST] = -1
+        self._result = np.zeros((c, 2), dtype=np.float32)
+        self._arrays = (self._queue, self._sums, self._ring, self._track, self._result)
         self._out = np.empty(self.n, dtype=np.int64)
-        self.reward = _read_only(self._reward)
-        self.discount = _read_only(self._discount)
-        self.last = _read_only(self._last)
-        self.length = _read_only(self._length)
+        self.reward: npt.NDArray[np.float32] = _read_only(self._result[:, _REWARD])
+        """Per slot: the completed window's ``Σ_{k<m} (Π_{j<k} γ_{t+j}) r_{t+k}`` (float32)."""
+        self.discount: npt.NDArray[np.float32] = _read_only(self._result[:, _DISCOUNT])
+        """Per slot: the completed window's ``Π_{k<m} γ_{t+k}`` (float32)."""
+        self.last: IntArray = _read_only(self._track[:, _LAST])
+        """Per slot: the slot whose ``next_obs`` is ``s_{t+m}`` (-1 while not complete)."""
+        self.length: IntArray = _read_only(self._track[:, _LENGTH])
+        """Per slot: the window's length ``m`` (0 while not complete)."""
 
     # -- reads ----------------------------------------------------------------------------------
     @property
     def num_pending(self) -> int:
         """Transitions whose window is not complete yet (all streams)."""
-        return int(self._q_count.sum())
+        return int(self._ring[:, _COUNT].sum())
 
     def is_complete(self, slots: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """Whether each slot holds a transition whose window is complete (and not evicted)."""
-        return self._complete[self._slots(slots, "slots")].copy()
+        return self._track[self._slots(slots, "slots"), _DONE] == 1
 
     def completed_slots(self) -> IntArray:
         """The slots whose windows are complete, ascending."""
-        return np.flatnonzero(self._complete).astype(np.int64)
+        return np.flatnonzero(self._track[:, _DONE]).astype(np.int64)
 
     def pending_slots(self, stream: int) -> IntArray:
         """The pending slots of ``stream``, oldest first."""
         s = self._stream(stream)
-        j = (self._q_first[s] + np.arange(self._q_count[s])) % self.n
-        return self._q_slot[s, j].copy()
+        j = (self._ring[s, _FIRST] + np.arange(self._ring[s, _COUNT])) % self.n
+        return self._queue[s, j, _SLOT].copy()
 
     # -- writes ---------------------------------------------------------------------------------
     def push(
@@ -395,13 +355,21 @@ class NStepAccumulator:
         must be free (never pushed, or evicted).  With ``out`` (int64, at least ``n`` long) the
         result is a view of it and nothing is allocated.
         """
-        slot = _scalar_int(slot, "slot")
-        generation = _scalar_int(generation, "generation")
-        stream = _scalar_int(stream, "stream")
-        reward = _scalar_real(reward, "reward")
-        discount = _scalar_real(discount, "discount")
-        episode_end = _scalar_bool(episode_end, "episode_end")
-        continues = _scalar_bool(continues, "continues")
+        # fast paths for plain Python values: this runs once per environment step
+        if type(slot) is not int:
+            slot = _scalar_int(slot, "slot")
+        if type(generation) is not int:
+            generation = _scalar_int(generation, "generation")
+        if type(stream) is not int:
+            stream = _scalar_int(stream, "stream")
+        if type(reward) is not float:
+            reward = _scalar_real(reward, "reward")
+        if type(discount) is not float:
+            discount = _scalar_real(discount, "discount")
+        if type(episode_end) is not bool:
+            episode_end = _scalar_bool(episode_end, "episode_end")
+        if type(continues) is not bool:
+            continues = _scalar_bool(continues, "continues")
         if not 0 <= slot < self.capacity:
             raise ValueError(f"slot should lie in [0, {self.capacity}), but got slot={slot}")
         if generation < 0:
@@ -413,15 +381,13 @@ class NStepAccumulator:
         if not 0.0 <= discount <= 1.0:
             raise ValueError(f"discount should lie in [0, 1], but got discount={discount!r}")
         buffer = self._out if out is None else self._buffer(out, self.n)
-        count = _push(
-            self._q_slot, self._q_gen, self._q_reward, self._q_discount, self._q_first, self._q_count,
-            self._generation, self._complete, self._reward, self._discount, self._last, self._length,
-            slot, generation, stream, reward, discount, episode_end, continues, buffer, 0,
-        )  # fmt: skip
+        queue, sums, ring, track, result = self._arrays
+        count = _push(queue, sums, ring, track, result, slot, generation, stream, reward, discount,
+                      episode_end, continues, buffer, 0)  # fmt: skip
         if count == _BUSY:
             raise ValueError(
                 f"slot should be free (evict its transition first), but got slot={slot} holding "
-                f"generation {self._generation[slot]}"
+                f"generation {track[slot, _TRACKED]}"
             )
         return buffer[:count].copy() if out is None else buffer[:count]
 
@@ -464,18 +430,14 @@ class NStepAccumulator:
             j = int(np.argmax(bad))
             raise ValueError(f"discounts should lie in [0, 1], but got discounts[{j}]={discount_a[j]!r}")
         buffer = np.empty(k * self.n, dtype=np.int64) if out is None else self._buffer(out, k * self.n)
-        count = _push_many(
-            self._q_slot, self._q_gen, self._q_reward, self._q_discount, self._q_first, self._q_count,
-            self._generation, self._complete, self._reward, self._discount, self._last, self._length,
-            slot_a, gen_a, stream_a, reward_a, discount_a, ends, conts, buffer,
-        )  # fmt: skip
+        count = _push_many(*self._arrays, slot_a, gen_a, stream_a, reward_a, discount_a, ends, conts, buffer)
         if count < 0:
             i = -1 - count
             if i >= k:
                 raise ValueError(f"slots should be distinct, but got slots[{i - k}]={slot_a[i - k]} twice")
             raise ValueError(
                 f"slots should be free (evict their transitions first), but got slots[{i}]={slot_a[i]} "
-                f"holding generation {self._generation[slot_a[i]]}"
+                f"holding generation {self._track[slot_a[i], _TRACKED]}"
             )
         return buffer[:count]
 
@@ -489,13 +451,7 @@ class NStepAccumulator:
         """
         slot_a = self._slots(slots, "slots")
         gen_a = self._ints(generations, "generations", slot_a.shape[0])
-        return int(
-            _evict(
-                self._q_slot, self._q_gen, self._q_reward, self._q_discount, self._q_first,
-                self._q_count, self._generation, self._complete, self._reward, self._discount,
-                self._last, self._length, slot_a, gen_a,
-            )  # fmt: skip
-        )
+        return int(_evict(*self._arrays, slot_a, gen_a))
 
     # -- input helpers --------------------------------------------------------------------------
     def _stream(self, stream: Any) -> int:
@@ -555,19 +511,28 @@ class NStepAccumulator:
         return out
 
     # -- checkpointing --------------------------------------------------------------------------
-    _ARRAYS = (
-        "q_slot", "q_gen", "q_reward", "q_discount", "q_first", "q_count",
-        "generation", "complete", "reward", "discount", "last", "length",
-    )  # fmt: skip
+    def _columns(self) -> dict[str, npt.NDArray[Any]]:
+        """The state's named arrays as views of the packed arrays (``complete`` is int64 here)."""
+        q, sums, ring, track, result = self._arrays
+        return {
+            "q_slot": q[:, :, _SLOT], "q_gen": q[:, :, _GEN],
+            "q_reward": sums[:, :, _SUM_G], "q_discount": sums[:, :, _SUM_D],
+            "q_first": ring[:, _FIRST], "q_count": ring[:, _COUNT],
+            "generation": track[:, _TRACKED], "complete": track[:, _DONE],
+            "last": track[:, _LAST], "length": track[:, _LENGTH],
+            "reward": result[:, _REWARD], "discount": result[:, _DISCOUNT],
+        }  # fmt: skip
 
     def _config(self) -> dict[str, int]:
         return {"n": self.n, "num_streams": self.num_streams, "capacity": self.capacity}
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue exactly: config, pending rings and per-slot results."""
+        """Everything needed to continue exactly: the config, the pending queues (``q_*``, rings
+        starting at ``q_first``; free entries hold -1, -1, 0, 0) and per slot the generation held
+        (-1: none), whether its window is complete, and the window's results."""
         state: dict[str, Any] = {"version": STATE_VERSION, "config": self._config()}
-        for name in self._ARRAYS:
-            state[name] = getattr(self, f"_{name}").copy()
+        for name, column in self._columns().items():
+            state[name] = column == 1 if name == "complete" else column.copy()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -578,13 +543,14 @@ class NStepAccumulator:
         ``ValueError``/``TypeError`` and changes nothing.
         """
         arrays = self._checked_state(state)
-        for name in self._ARRAYS:
-            getattr(self, f"_{name}")[...] = arrays[name]
+        for name, column in self._columns().items():
+            column[...] = arrays[name]
 
     def _checked_state(self, state: Any) -> dict[str, npt.NDArray[Any]]:
         if not isinstance(state, dict):
             raise TypeError(f"state should be a dict from state_dict(), but got {type(state).__name__}")
-        expected_keys = {"version", "config", *self._ARRAYS}
+        columns = self._columns()
+        expected_keys = {"version", "config", *columns}
         if set(state) != expected_keys:
             missing, extra = expected_keys - set(state), set(state) - expected_keys
             raise ValueError(f"state_dict keys differ: missing {sorted(missing)}, unexpected {sorted(extra)}")
@@ -598,13 +564,13 @@ class NStepAccumulator:
             if type(config[key]) is not int or config[key] != mine:
                 raise ValueError(f"state_dict config {key} should be {mine}, but got {config[key]!r}")
         arrays: dict[str, npt.NDArray[Any]] = {}
-        for name in self._ARRAYS:
-            array, target = state[name], getattr(self, f"_{name}")
+        for name, column in columns.items():
+            array, dtype = state[name], np.dtype(np.bool_) if name == "complete" else column.dtype
             if not isinstance(array, np.ndarray):
                 raise TypeError(f"state_dict {name} should be a numpy array, but got {type(array).__name__}")
-            if array.shape != target.shape or array.dtype != target.dtype:
+            if array.shape != column.shape or array.dtype != dtype:
                 raise ValueError(
-                    f"state_dict {name} should be {target.dtype}{list(target.shape)}, "
+                    f"state_dict {name} should be {dtype}{list(column.shape)}, "
                     f"but got {array.dtype}{list(array.shape)}"
                 )
             arrays[name] = array
@@ -615,7 +581,7 @@ class NStepAccumulator:
 def _check_consistent(a: dict[str, npt.NDArray[Any]], n: int, capacity: int) -> None:
     """Raise ``ValueError`` unless the arrays form a state :class:`NStepAccumulator` can reach."""
 
-    def fail(what: str) -> None:
+    def fail(what: str) -> NoReturn:
         raise ValueError(f"state_dict is inconsistent: {what}")
 
     first, count = a["q_first"], a["q_count"]
