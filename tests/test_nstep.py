@@ -27,6 +27,7 @@ class Step:
     episode: int
     reward: float
     discount: float
+    position: int  # in its episode
 
 
 @dataclass
@@ -56,7 +57,8 @@ class Reference:
             self.episodes[len(self.episodes)] = []
         episode = self.current[stream]
         generation = len(self.steps)
-        step = Step(generation, generation % self.capacity, episode, reward, discount)
+        position = len(self.episodes[episode])
+        step = Step(generation, generation % self.capacity, episode, reward, discount, position)
         self.steps.append(step)
         self.episodes[episode].append(step)
         if end:
@@ -64,10 +66,8 @@ class Reference:
 
     def window(self, step: Step) -> list[Step] | None:
         """The transitions of ``step``'s window, or ``None`` while it is incomplete."""
-        later = [s for s in self.episodes[step.episode] if s.generation >= step.generation]
-        if len(later) >= self.n:
-            return later[: self.n]
-        return later if step.episode in self.over else None
+        window = self.episodes[step.episode][step.position : step.position + self.n]
+        return window if len(window) == self.n or step.episode in self.over else None
 
     def completed(self) -> dict[int, tuple[float, float, int, int, float]]:
         """slot -> (reward, discount, last slot, length, Σ|terms|) of every live complete window."""
@@ -85,7 +85,7 @@ class Reference:
 
 def assert_matches(acc: NStepAccumulator, expected: dict[int, tuple[float, float, int, int, float]]) -> None:
     slots = sorted(expected)
-    np.testing.assert_array_equal(acc.completed_slots(), slots)
+    assert acc.completed_slots().tolist() == slots
     for slot in slots:
         reward, discount, last, length, scale = expected[slot]
         # float64 sums rounded once to float32: half an ulp of float32, plus float64's own error
