@@ -320,7 +320,8 @@ class NStepAccumulator:
 
     def is_complete(self, slots: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """Whether each slot holds a transition whose window is complete (and not evicted)."""
-        return self._track[self._slots(slots, "slots"), _DONE] == 1
+        done: npt.NDArray[np.bool_] = self._track[self._slots(slots, "slots"), _DONE] == 1
+        return done
 
     def completed_slots(self) -> IntArray:
         """The slots whose windows are complete, ascending."""
@@ -330,7 +331,8 @@ class NStepAccumulator:
         """The pending slots of ``stream``, oldest first."""
         s = self._stream(stream)
         j = (self._ring[s, _FIRST] + np.arange(self._ring[s, _COUNT])) % self.n
-        return self._queue[s, j, _SLOT].copy()
+        pending: IntArray = self._queue[s, j, _SLOT].copy()
+        return pending
 
     # -- writes ---------------------------------------------------------------------------------
     def push(
@@ -420,7 +422,9 @@ class NStepAccumulator:
         bad = (stream_a < 0) | (stream_a >= self.num_streams)
         if bad.any():
             j = int(np.argmax(bad))
-            raise ValueError(f"streams should lie in [0, {self.num_streams}), but got streams[{j}]={stream_a[j]}")
+            raise ValueError(
+                f"streams should lie in [0, {self.num_streams}), but got streams[{j}]={stream_a[j]}"
+            )
         bad = ~((reward_a >= -_F32_MAX) & (reward_a <= _F32_MAX))
         if bad.any():
             j = int(np.argmax(bad))
@@ -615,9 +619,12 @@ def _check_consistent(a: dict[str, npt.NDArray[Any]], n: int, capacity: int) -> 
         fail("every tracked slot that is not complete should be pending")
     reward, discount, last, length = a["reward"], a["discount"], a["last"], a["length"]
     idle = ~complete
-    if (reward[idle] != 0).any() or (discount[idle] != 0).any() or (last[idle] != -1).any() or (
-        length[idle] != 0
-    ).any():
+    if (
+        (reward[idle] != 0).any()
+        or (discount[idle] != 0).any()
+        or (last[idle] != -1).any()
+        or (length[idle] != 0).any()
+    ):
         fail("slots without a complete window should hold reward 0, discount 0, last -1, length 0")
     done = np.flatnonzero(complete)
     rd, gd, ld, md = reward[done], discount[done], last[done], length[done]
