@@ -33,7 +33,7 @@ per stored value, so ``reward`` is within float32's half-ulp of the exact float6
 from __future__ import annotations
 
 import numbers
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeGuard
 
 import numba
 import numpy as np
@@ -189,8 +189,12 @@ def _evict(
     slots: np.ndarray,
     gens: np.ndarray,
 ) -> int:
-    """Forget the transitions ``(slots, gens)``; returns how many pending entries were dropped."""
+    """Forget the transitions ``(slots, gens)``; returns how many pending entries were dropped, or
+    ``-1 - e`` (nothing changed) when ``slots[e]`` is out of range."""
     n, dropped = queue.shape[1], 0
+    for e in range(slots.shape[0]):
+        if slots[e] < 0 or slots[e] >= track.shape[0]:
+            return -1 - e
     for e in range(slots.shape[0]):
         slot, gen = slots[e], gens[e]
         if track[slot, _TRACKED] != gen or gen < 0:
@@ -453,9 +457,20 @@ class NStepAccumulator:
         too).  Pairs the accumulator does not hold (another generation, never pushed) are
         ignored.  Returns the number of pending entries dropped.
         """
-        slot_a = self._slots(slots, "slots")
-        gen_a = self._ints(generations, "generations", slot_a.shape[0])
-        return int(_evict(*self._arrays, slot_a, gen_a))
+        if _is_index_vector(slots) and _is_index_vector(generations):  # the memory's own arrays
+            slot_a, gen_a = slots, generations
+        else:
+            slot_a = self._ints(slots, "slots", None)
+            gen_a = self._ints(generations, "generations", slot_a.shape[0])
+        if gen_a.shape[0] != slot_a.shape[0]:
+            raise ValueError(
+                f"generations should have one value per slot ({slot_a.shape[0]}), but got shape {gen_a.shape}"
+            )
+        dropped = int(_evict(*self._arrays, slot_a, gen_a))
+        if dropped < 0:
+            j = -1 - dropped
+            raise ValueError(f"slots should lie in [0, {self.capacity}), but got slots[{j}]={slot_a[j]}")
+        return dropped
 
     # -- input helpers --------------------------------------------------------------------------
     def _stream(self, stream: Any) -> int:
@@ -473,9 +488,9 @@ class NStepAccumulator:
         return np.ascontiguousarray(idx)
 
     @staticmethod
-    def _ints(values: npt.ArrayLike, name: str, k: int) -> IntArray:
+    def _ints(values: npt.ArrayLike, name: str, k: int | None) -> IntArray:
         array = np.ascontiguousarray(as_indices(values, name))
-        if array.shape != (k,):
+        if k is not None and array.shape != (k,):
             raise ValueError(f"{name} should have one value per slot ({k}), but got shape {array.shape}")
         return array
 
@@ -634,6 +649,12 @@ def _check_consistent(a: dict[str, npt.NDArray[Any]], n: int, capacity: int) -> 
         fail(f"complete windows should have last in [0, {capacity}) and length in [1, {n}]")
     if ((md == 1) & (ld != done)).any():
         fail("a window of length 1 should end at its own slot")
+
+
+def _is_index_vector(value: Any) -> TypeGuard[IntArray]:
+    return (
+        type(value) is np.ndarray and value.dtype == np.int64 and value.ndim == 1 and value.flags.c_contiguous
+    )
 
 
 def _read_only(array: npt.NDArray[Any]) -> npt.NDArray[Any]:

@@ -373,9 +373,18 @@ def test_push_many_rejects_and_changes_nothing(change, error, name):
 
 @pytest.mark.parametrize(
     ("slots", "generations", "error", "name"),
-    [([8], [0], ValueError, "slots"), ([-1], [0], ValueError, "slots"), ([0.5], [0], TypeError, "slots"),
-     ([0, 1], [0], ValueError, "generations"), ([0], [0.0], TypeError, "generations")],
-)  # fmt: skip
+    [
+        ([8], [0], ValueError, "slots"),
+        ([-1], [0], ValueError, "slots"),
+        ([0.5], [0], TypeError, "slots"),
+        ([0, 1], [0], ValueError, "generations"),
+        ([0], [0.0], TypeError, "generations"),
+        # the fast path (int64 arrays): a bad entry after a good one leaves the good one alone
+        (np.array([3, 8]), np.array([3, 0]), ValueError, "slots"),
+        (np.array([3, -1]), np.array([3, 0]), ValueError, "slots"),
+        (np.array([3, 4]), np.array([3]), ValueError, "generations"),
+    ],
+)
 def test_evict_rejects_and_changes_nothing(slots, generations, error, name):
     acc = busy()
     before = acc.state_dict()
