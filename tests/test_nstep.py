@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from prisample import PrioritizedSampler
 from prisample.nstep import NStepAccumulator
 from tests.state_fuzz import check_load, corrupted_states, states_equal
 
@@ -460,6 +461,7 @@ FOREIGN = [
     churned(capacity=11)[0].state_dict(),
     churned(num_streams=2)[0].state_dict(),
     {**VALID_STATE, "version": 2},
+    PrioritizedSampler(10).state_dict(),
 ]
 
 
