@@ -13,16 +13,40 @@ import numpy.typing as npt
 _OUT_OF_RANGE, _EMPTY_SLOT, _BAD_PRIORITY = 1, 2, 3
 
 
+def short_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters (error messages about large states)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _torch_to_numpy(tensor: Any, name: str) -> npt.NDArray[Any]:
+    """A torch tensor's values as numpy: sparse ones densified, float16/bfloat16 widened to
+    float32 (numpy has no bfloat16), the ``meta`` device (no values) refused."""
+    if tensor.device.type == "meta":
+        raise ValueError(
+            f"{name} should hold values, but got a tensor on the meta device ({name}={short_repr(tensor)})"
+        )
+    if getattr(tensor, "is_sparse", False) or str(getattr(tensor, "layout", "")) != "torch.strided":
+        tensor = tensor.to_dense()
+    if tensor.is_complex():
+        raise TypeError(f"{name} should hold real numbers, but got dtype {tensor.dtype}")
+    if tensor.is_floating_point() and tensor.element_size() < 4:
+        tensor = tensor.float()
+    return np.asarray(tensor.detach().cpu().numpy())
+
+
 def to_numpy(values: Any, name: str) -> npt.NDArray[Any]:
-    """numpy view of a numpy array, torch tensor (any device), list or scalar."""
+    """numpy view of a numpy array, torch tensor (any device, any layout), list or scalar."""
     if isinstance(values, np.ndarray):
         return values
     if hasattr(values, "detach") and hasattr(values, "cpu"):  # torch.Tensor, without importing torch
-        return np.asarray(values.detach().cpu().numpy())
+        return _torch_to_numpy(values, name)
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"{name} should be array-like of numbers, but got {name}={short_repr(values)}")
     try:
         return np.asarray(values)
     except (TypeError, ValueError) as error:
-        raise TypeError(f"{name} should be array-like, but got {name}={values!r}") from error
+        raise TypeError(f"{name} should be array-like, but got {name}={short_repr(values)}") from error
 
 
 def as_indices(indices: Any, name: str = "indices") -> npt.NDArray[np.int64]:
@@ -42,8 +66,10 @@ def as_indices(indices: Any, name: str = "indices") -> npt.NDArray[np.int64]:
 def as_priorities(priorities: Any, length: int, name: str = "priorities") -> npt.NDArray[np.float64]:
     """One-dimensional float64 array of ``length`` values (finiteness by :func:`check_slots`)."""
     array = to_numpy(priorities, name)
-    if array.dtype.kind not in "fiu":
-        raise TypeError(f"{name} should hold real numbers, but got dtype {array.dtype}")
+    if array.dtype.kind not in "fiu":  # bool, complex, strings, objects: refused, not coerced
+        raise TypeError(
+            f"{name} should hold real numbers, but got dtype {array.dtype} ({name}={short_repr(array)})"
+        )
     if array.ndim == 0:
         array = array.reshape(1)
     if array.ndim != 1:
@@ -89,17 +115,32 @@ def check_slots(
         raise ValueError(f"priorities should be finite and >= 0, but got priorities[{j}]={priorities[j]!r}")
 
 
-def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
+def check_integer(value: Any, name: str) -> int:
+    """``value`` as an ``int``; ``TypeError`` naming it unless it is an integer (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} should be an integer, but got {name}={value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} should be an integer >= {minimum}, but got {name}={value!r}")
+        raise TypeError(f"{name} should be an integer, but got {name}={short_repr(value)}")
     return int(value)
+
+
+def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    number = check_integer(value, name)
+    if number < minimum:
+        raise ValueError(f"{name} should be an integer >= {minimum}, but got {name}={value!r}")
+    return number
+
+
+def check_seed(seed: Any) -> int:
+    """A seed for ``np.random.default_rng``: an integer ``>= 0``."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed should be None or an integer >= 0, but got seed={short_repr(seed)}")
+    if seed < 0:
+        raise ValueError(f"seed should be None or an integer >= 0, but got seed={seed!r}")
+    return int(seed)
 
 
 def check_real(value: Any, name: str, *, minimum: float, strict: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} should be a real number, but got {name}={value!r}")
+        raise TypeError(f"{name} should be a real number, but got {name}={short_repr(value)}")
     number = float(value)
     ok = math.isfinite(number) and (number > minimum if strict else number >= minimum)
     if not ok:
