@@ -630,7 +630,10 @@ def _restore(state: Any, capacity: int, backend_name: str) -> tuple[Any, ...]:
         raise ValueError(
             f"state_dict priorities should be NaN or finite and >= 0, but got priorities[{j}]={raw[j]!r}"
         )
-    _check_masses_fit(alpha, eps, raw, "alpha", alpha)
+    # Only proportional draws use the masses: other backends accept any finite priority, so
+    # their states are held to the constructor's rule alone (what they could have saved).
+    masses_of = raw if backend_name == "proportional" else np.full(capacity, np.nan)
+    _check_masses_fit(alpha, eps, masses_of, "alpha", alpha)
     corrections = state["corrections"] if version >= 2 else None
     structures: tuple[Any, ...] = (None, None, None, None)
     if corrections is not None:

@@ -3,11 +3,12 @@
 The model stores raw priorities in a dict and recomputes every distribution from scratch with
 the paper's formulas (Schaul et al. 2016): proportional ``P(i) = (p_i + ε)^α / Σ_k (p_k + ε)^α``
 (Eq. 1), rank-based ``P(i) = rank(i)^-α / Σ_{r<=N} r^-α`` (rank by priority descending, ties to the
-newest write, so that added slots go on top), greedy (ties to the lower slot) (the ``m`` slots tied at the maximum share probability 1), uniform ``1/N``;
-new slots enter at the maximum raw priority of the *current* memory (1 when empty); importance
-weights ``w_i = c_i (N · P(i))^-β`` — ``c_i`` the slot's correction factor, 1 unless set (e.g. an
-off-policy ratio ρ, Sec. 6) — normalised over the memory, the batch or not at all (Sec. 3.4); a slot
-of probability 0 (priority 0 with ``ε = 0``) is never drawn and weighs 0.  Nothing here shares code
+newest write, so that added slots go on top), greedy (the ``m`` slots tied at the maximum share
+probability 1; a batch takes ties lowest slot first), uniform ``1/N``; new slots enter at the
+maximum raw priority of the *current* memory (1 when empty); importance weights
+``w_i = c_i (N · P(i))^-β`` — ``c_i`` the slot's correction factor, 1 unless set (e.g. an
+off-policy ratio ρ, Sec. 6) — normalised over the memory, the batch or not at all (Sec. 3.4); a
+slot of probability 0 (priority 0 with ``ε = 0``) is never drawn and weighs 0.  Nothing here shares code
 with ``prisample``.
 """
 
