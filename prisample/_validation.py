@@ -122,10 +122,11 @@ def check_integer(value: Any, name: str) -> int:
     return int(value)
 
 
-def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
+def check_positive_int(value: Any, name: str, minimum: int = 1, maximum: int | None = None) -> int:
     number = check_integer(value, name)
-    if number < minimum:
-        raise ValueError(f"{name} should be an integer >= {minimum}, but got {name}={value!r}")
+    if number < minimum or (maximum is not None and number > maximum):
+        bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ValueError(f"{name} should be an integer {bounds}, but got {name}={short_repr(value)}")
     return number
 
 

@@ -217,7 +217,8 @@ class RankBackend:
 
         Raises ``ValueError``/``TypeError`` naming the key unless ``state`` is
         ``{"stamps": int64[capacity], "next_stamp": int}`` with ``stamps = -1`` exactly on the
-        empty slots of ``raw``, ``0 <= stamps < next_stamp <= stamp_limit(capacity)`` elsewhere.
+        empty slots of ``raw`` and distinct ``0 <= stamps < next_stamp <= stamp_limit(capacity)``
+        elsewhere.
         ``legacy``: states of version <= 2 kept no stamps (``{}``; ties went to the lower slot).
         """
         if not isinstance(state, dict):
@@ -243,6 +244,9 @@ class RankBackend:
             raise ValueError(
                 "backend_state['stamps'] should be -1 exactly on the empty slots and >= 0 on the filled ones"
             )
+        filled_stamps = stamps[~empty]
+        if np.unique(filled_stamps).shape[0] != filled_stamps.shape[0]:
+            raise ValueError("backend_state['stamps'] should be distinct on the filled slots (one per write)")
         top = int(stamps.max(initial=-1))
         if not top < int(next_stamp) <= stamp_limit(capacity):
             raise ValueError(

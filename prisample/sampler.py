@@ -10,6 +10,7 @@ the maximum priority of the memory, stratified batches, and importance-sampling 
 from __future__ import annotations
 
 import numbers
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -161,7 +162,7 @@ class PrioritizedSampler(Sampler[int]):
         if initial > self.capacity:
             raise ValueError(f"size should be at most capacity={self.capacity}, but got size={size!r}")
         self.batch_size = check_positive_int(batch_size, "batch_size")
-        self.num_samples = None if num_samples is None else check_positive_int(num_samples, "num_samples")
+        self.num_samples = None if num_samples is None else _check_num_samples(num_samples)
         if seed is None:  # like torch's RandomSampler: reproducible under torch.manual_seed
             seed = int(torch.empty((), dtype=torch.int64).random_().item())
         seed = check_seed(seed)
@@ -500,6 +501,11 @@ class PrioritizedSampler(Sampler[int]):
         self._writes += 1
 
 
+def _check_num_samples(value: Any) -> int:
+    """``num_samples`` is what ``len()`` returns, so it must fit in an index-sized integer."""
+    return check_positive_int(value, "num_samples", maximum=sys.maxsize)
+
+
 def _check_masses_fit(alpha: float, eps: float, raw: npt.NDArray[np.float64], name: str, value: Any) -> None:
     """Raise unless ``α`` keeps every mass ``(p + ε)^α`` of ``raw`` (and of a slot added at
     priority 1 into an empty memory) a positive float at most :func:`~prisample.trees.mass_limit`,
@@ -619,7 +625,7 @@ def _restore(state: Any, capacity: int, backend_name: str) -> tuple[Any, ...]:
     batch_size = check_positive_int(state["batch_size"], "batch_size")
     num_samples = state["num_samples"]
     if num_samples is not None:
-        num_samples = check_positive_int(num_samples, "num_samples")
+        num_samples = _check_num_samples(num_samples)
     step = check_positive_int(state["step"], "step", minimum=0)
     epoch = check_integer(state["epoch"], "epoch")
     raw = _float_array(state["priorities"], "priorities", (capacity,))
