@@ -23,15 +23,16 @@ from tests.reference import BACKENDS, ReferenceSampler, assert_draws_equal, asse
 from tests.state_fuzz import check_load, corrupted_states
 
 CAPACITY = 8
-EXAMPLES = 250  # per backend and configuration: 500 per backend
+EXAMPLES = 300  # per backend and configuration: 600 per backend
 
 
 def make(backend: str, *, fancy: bool, seed: int, capacity: int = CAPACITY) -> PrioritizedSampler:
-    """A sampler with ties, an empty slot and (``fancy``) corrections and a β schedule."""
+    """A sampler with ties, an empty slot and (``fancy``) corrections, a β schedule and α = 1 (so
+    that one huge priority makes the masses' sum overflow)."""
     beta = LinearSchedule(0.4, 1.0, 7) if fancy else 0.5
     s = PrioritizedSampler(
-        capacity, backend=backend, alpha=0.7, beta=beta, eps=1e-3, weight_norm="memory" if fancy else "batch",
-        size=capacity - 1, batch_size=3, num_samples=5, seed=seed,
+        capacity, backend=backend, alpha=1.0 if fancy else 0.7, beta=beta, eps=1e-3,
+        weight_norm="memory" if fancy else "batch", size=capacity - 1, batch_size=3, num_samples=5, seed=seed,
     )  # fmt: skip
     rng = np.random.default_rng(seed)
     s.update_priorities(np.arange(capacity - 2), rng.choice([0.0, 0.5, 2.0], size=capacity - 2))
@@ -81,6 +82,13 @@ def check_consistent(s: PrioritizedSampler) -> None:
     np.testing.assert_allclose(p, model.probabilities(valid), rtol=1e-9, atol=1e-300)
     distribution = dict(zip(valid, p.tolist(), strict=True))
     np.testing.assert_allclose(s.weights(valid), model.weights(valid, distribution), rtol=2e-6, atol=1e-30)
+    filled = copy.deepcopy(s)  # every empty slot added at the maximum priority: sums stay finite
+    filled.add(np.flatnonzero(np.isnan(filled.priorities)))
+    full = filled.probabilities(np.arange(s.capacity))
+    if model_of(filled).drawable() and s.backend_name != "greedy":  # greedy: P = 0 below the top
+        assert full.sum() == pytest.approx(1.0, rel=1e-9)
+        positive = filled.priorities > 0.0
+        assert np.all(full[positive] > 0.0), "a positive priority has probability 0"
     state = s.state_dict()
     fresh = PrioritizedSampler(s.capacity, backend=s.backend_name, seed=99)
     fresh.load_state_dict(copy.deepcopy(state))
@@ -89,6 +97,8 @@ def check_consistent(s: PrioritizedSampler) -> None:
         for k in (1, 3, 2 * s.capacity):
             a, b = s.sample(k), fresh.sample(k)
             assert_draws_equal(a, b)
+            assert set(a.indices.tolist()) <= set(valid), "an empty slot was drawn"
+            np.testing.assert_array_equal(a.probabilities, s.probabilities(a.indices))
             if s.backend_name != "greedy":
                 assert np.all(a.probabilities > 0.0), "a slot of probability 0 was drawn"
     else:
