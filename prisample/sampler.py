@@ -483,6 +483,12 @@ class PrioritizedSampler(Sampler[int]):
             "rng": self._rng.bit_generator.state,
         }
 
+    def check_state_dict(self, state: dict[str, Any]) -> None:
+        """Raise ``ValueError``/``TypeError`` (naming the key) unless :meth:`load_state_dict`
+        would accept ``state``; changes nothing.  For owners that load several pieces at once
+        (e.g. a replay memory and its sampler) and must check all of them before any is loaded."""
+        _restore(state, self.capacity, self.backend_name)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output; the sampler then draws exactly as the saved one.
 

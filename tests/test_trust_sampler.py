@@ -31,7 +31,11 @@ def assert_unchanged(target: PrioritizedSampler, before: dict, twin: Prioritized
 
 
 def rejected(target: PrioritizedSampler, state: object, name: str, error=(ValueError, TypeError)) -> None:
+    """Both ``check_state_dict`` and ``load_state_dict`` refuse ``state``, naming ``name``, and
+    leave ``target`` as it was."""
     before, twin = copy.deepcopy(target.state_dict()), copy.deepcopy(target)
+    with pytest.raises(error, match=name):
+        target.check_state_dict(state)  # type: ignore[arg-type]
     with pytest.raises(error, match=name):
         target.load_state_dict(state)  # type: ignore[arg-type]
     assert_unchanged(target, before, twin)
