@@ -41,8 +41,6 @@ def to_numpy(values: Any, name: str) -> npt.NDArray[Any]:
         return values
     if hasattr(values, "detach") and hasattr(values, "cpu"):  # torch.Tensor, without importing torch
         return _torch_to_numpy(values, name)
-    if isinstance(values, (str, bytes)):
-        raise TypeError(f"{name} should be array-like of numbers, but got {name}={short_repr(values)}")
     try:
         return np.asarray(values)
     except (TypeError, ValueError) as error:
