@@ -9,7 +9,9 @@ from typing import Any
 import numba
 import numpy as np
 import numpy.typing as npt
+import torch
 
+_NARROW_FLOATS = (torch.float16, torch.bfloat16)
 _OUT_OF_RANGE, _EMPTY_SLOT, _BAD_PRIORITY = 1, 2, 3
 
 
@@ -21,16 +23,15 @@ def short_repr(value: Any, limit: int = 80) -> str:
 
 def _torch_to_numpy(tensor: Any, name: str) -> npt.NDArray[Any]:
     """A torch tensor's values as numpy: sparse ones densified, float16/bfloat16 widened to
-    float32 (numpy has no bfloat16), the ``meta`` device (no values) refused."""
-    if tensor.device.type == "meta":
+    float32 (numpy has no bfloat16), the ``meta`` device (no values) refused.  Other dtypes numpy
+    cannot take as numbers (complex, bool) are left to the callers' dtype checks."""
+    if tensor.is_meta:
         raise ValueError(
             f"{name} should hold values, but got a tensor on the meta device ({name}={short_repr(tensor)})"
         )
-    if getattr(tensor, "is_sparse", False) or str(getattr(tensor, "layout", "")) != "torch.strided":
+    if tensor.layout != torch.strided:
         tensor = tensor.to_dense()
-    if tensor.is_complex():
-        raise TypeError(f"{name} should hold real numbers, but got dtype {tensor.dtype}")
-    if tensor.is_floating_point() and tensor.element_size() < 4:
+    if tensor.dtype in _NARROW_FLOATS:
         tensor = tensor.float()
     return np.asarray(tensor.detach().cpu().numpy())
 
@@ -39,7 +40,7 @@ def to_numpy(values: Any, name: str) -> npt.NDArray[Any]:
     """numpy view of a numpy array, torch tensor (any device, any layout), list or scalar."""
     if isinstance(values, np.ndarray):
         return values
-    if hasattr(values, "detach") and hasattr(values, "cpu"):  # torch.Tensor, without importing torch
+    if isinstance(values, torch.Tensor):
         return _torch_to_numpy(values, name)
     try:
         return np.asarray(values)
@@ -58,6 +59,9 @@ def as_indices(indices: Any, name: str = "indices") -> npt.NDArray[np.int64]:
         if array.size == 0:
             return np.empty(0, dtype=np.int64)
         raise TypeError(f"{name} should hold integers, but got dtype {array.dtype} ({name}={array[:5]})")
+    if array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
+        j = int(np.argmax(array > np.iinfo(np.int64).max))  # would wrap to a negative int64
+        raise ValueError(f"{name} should be slot numbers, but got {name}[{j}]={int(array[j])}")
     return array.astype(np.int64, copy=False)
 
 

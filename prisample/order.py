@@ -41,6 +41,7 @@ LOAD = 48  # pairs per block after a re-chunk
 POOL_PER_SLOT = 1 / 32  # blocks allocated per slot of capacity: room to split before re-chunking
 GROUP = 64  # positions per group in the two-level search and count structures
 _EMPTY = -1
+_INT64_MAX = 2**63 - 1
 
 
 @numba.njit(cache=True, inline="always")
@@ -446,7 +447,7 @@ def _rank(
 
 def stamp_limit(capacity: int) -> int:
     """Stamps stay below this, so that every tie code ``stamp · capacity + slot`` fits in int64."""
-    return int(np.iinfo(np.int64).max) // max(int(capacity), 1) - 1
+    return _INT64_MAX // max(int(capacity), 1) - 1
 
 
 class SortedOrder:

@@ -375,3 +375,13 @@ def test_non_real_values_are_refused_by_name(values):
         s.update_priorities([0], values)
     with pytest.raises(TypeError, match="indices"):
         s.add(values)
+
+
+def test_uint64_indices_beyond_int64_are_refused_by_value():
+    """Bug: uint64 indices above int64's range wrapped to negative numbers, so the message
+    reported an index the caller never passed."""
+    s = PrioritizedSampler(4, seed=0)
+    with pytest.raises(ValueError, match=r"indices\[1\]=18446744073709551615"):
+        s.update_priorities(np.array([0, 2**64 - 1], dtype=np.uint64), [1.0, 2.0])
+    s.update_priorities(np.array([0, 3], dtype=np.uint64), [1.0, 2.0])
+    assert s.priorities[3] == 2.0
