@@ -347,9 +347,6 @@ class RankBackend:
         """The write stamps that order equal priorities (the rest follows from the priorities)."""
         return {"stamps": self.stamps.copy(), "next_stamp": self.next_stamp}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        raise NotImplementedError("build a restored backend with RankBackend.from_state")
-
 
 def legacy_stamps(raw: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
     """Stamps under which equal priorities rank by slot, lowest first (the order before stamps

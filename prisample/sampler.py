@@ -150,7 +150,7 @@ class PrioritizedSampler(Sampler[int]):
         self.capacity = check_positive_int(capacity, "capacity")
         self._alpha = check_real(alpha, "alpha", minimum=0.0)
         self._eps = check_real(eps, "eps", minimum=0.0)
-        _check_masses_fit(self._alpha, self._eps, np.full(self.capacity, np.nan), "alpha", alpha)
+        _check_masses_fit(self._alpha, self._eps, self.capacity, _NO_PRIORITIES, "alpha", alpha)
         self.beta = beta
         if backend not in BACKENDS:
             raise ValueError(f"backend should be one of {BACKENDS}, but got backend={backend!r}")
@@ -193,7 +193,8 @@ class PrioritizedSampler(Sampler[int]):
     @alpha.setter
     def alpha(self, value: float) -> None:
         alpha = check_real(value, "alpha", minimum=0.0)
-        _check_masses_fit(alpha, self._eps, self._raw, "alpha", value)
+        weighed = self._raw if self.backend_name == "proportional" else _NO_PRIORITIES
+        _check_masses_fit(alpha, self._eps, self.capacity, weighed, "alpha", value)
         self._alpha = alpha
         self._backend.set_alpha(alpha)
         self._writes += 1
@@ -512,11 +513,18 @@ def _check_num_samples(value: Any) -> int:
     return check_positive_int(value, "num_samples", maximum=sys.maxsize)
 
 
-def _check_masses_fit(alpha: float, eps: float, raw: npt.NDArray[np.float64], name: str, value: Any) -> None:
-    """Raise unless ``α`` keeps every mass ``(p + ε)^α`` of ``raw`` (and of a slot added at
-    priority 1 into an empty memory) a positive float at most :func:`~prisample.trees.mass_limit`,
-    and ``ε^α`` positive when ``ε > 0``: the one rule of the constructor, the ``alpha`` setter
-    and :meth:`PrioritizedSampler.load_state_dict`."""
+_NO_PRIORITIES = np.empty(0, dtype=np.float64)
+
+
+def _check_masses_fit(
+    alpha: float, eps: float, capacity: int, raw: npt.NDArray[np.float64], name: str, value: Any
+) -> None:
+    """Raise unless ``α`` keeps every mass ``(p + ε)^α`` of ``raw`` (NaN: empty), and that of a
+    slot added at priority 1 into an empty memory, a positive float at most
+    :func:`~prisample.trees.mass_limit` (``capacity`` of them sum finitely), and ``ε^α`` positive
+    when ``ε > 0``: the one rule of the constructor, the ``alpha`` setter and
+    :meth:`PrioritizedSampler.load_state_dict`.  Only proportional draws use masses, so other
+    backends pass no priorities (any finite priority is theirs to hold)."""
     with np.errstate(over="ignore", under="ignore"):
         smallest_mass = np.float64(eps) ** alpha
     if eps > 0.0 and not 0.0 < smallest_mass < np.inf:
@@ -529,9 +537,9 @@ def _check_masses_fit(alpha: float, eps: float, raw: npt.NDArray[np.float64], na
         smallest = float(positive.min()) if positive.shape[0] else 1.0
     with np.errstate(over="ignore", under="ignore"):
         low, high = np.float64(smallest) ** alpha, np.float64(largest + eps) ** alpha
-    if not (low > 0.0 and high <= mass_limit(raw.shape[0])):
+    if not (low > 0.0 and high <= mass_limit(capacity)):
         raise ValueError(
-            f"{name} should keep (p + eps)^alpha a positive float <= {mass_limit(raw.shape[0]):.3g} "
+            f"{name} should keep (p + eps)^alpha a positive float <= {mass_limit(capacity):.3g} "
             f"for priorities in [{smallest!r}, {largest!r}], but got {name}={value!r}"
         )
 
@@ -642,10 +650,8 @@ def _restore(state: Any, capacity: int, backend_name: str) -> tuple[Any, ...]:
         raise ValueError(
             f"state_dict priorities should be NaN or finite and >= 0, but got priorities[{j}]={raw[j]!r}"
         )
-    # Only proportional draws use the masses: other backends accept any finite priority, so
-    # their states are held to the constructor's rule alone (what they could have saved).
-    masses_of = raw if backend_name == "proportional" else np.full(capacity, np.nan)
-    _check_masses_fit(alpha, eps, masses_of, "alpha", alpha)
+    weighed = raw if backend_name == "proportional" else _NO_PRIORITIES
+    _check_masses_fit(alpha, eps, capacity, weighed, "alpha", alpha)
     corrections = state["corrections"] if version >= 2 else None
     structures: tuple[Any, ...] = (None, None, None, None)
     if corrections is not None:

@@ -385,3 +385,33 @@ def test_uint64_indices_beyond_int64_are_refused_by_value():
         s.update_priorities(np.array([0, 2**64 - 1], dtype=np.uint64), [1.0, 2.0])
     s.update_priorities(np.array([0, 3], dtype=np.uint64), [1.0, 2.0])
     assert s.priorities[3] == 2.0
+
+
+@pytest.mark.parametrize("backend", ["rank", "greedy", "uniform"])
+def test_backends_without_masses_keep_huge_priorities_loadable(backend):
+    """Bug guard: the mass bound is proportional's; a rank, greedy or uniform sampler holding
+    priority 1e308 must still change α and load its own state (one rule, applied where masses
+    exist)."""
+    s = PrioritizedSampler(4, backend=backend, alpha=0.5, seed=0)
+    s.update_priorities([0, 1], [1e308, 1e308])
+    s.alpha = 1.0
+    other = PrioritizedSampler(4, backend=backend, seed=1)
+    other.load_state_dict(s.state_dict())
+    assert_draws_equal(other.sample(4), s.sample(4))
+
+
+def test_rank_bulk_write_ranks_ties_by_recency_too():
+    """A write of more than 4096 slots re-sorts from scratch instead of inserting one by one; it
+    must rank ties exactly as the incremental path does (later entries newer)."""
+    n = 6000
+    bulk = PrioritizedSampler(n, backend="rank", alpha=0.7, seed=0)
+    steps = PrioritizedSampler(n, backend="rank", alpha=0.7, seed=0)
+    values = np.repeat([3.0, 1.0, 2.0], n // 3)
+    slots = np.random.default_rng(0).permutation(n)
+    bulk.update_priorities(slots, values)
+    for part in np.array_split(np.arange(n), 6):  # 1000 at a time: the incremental path
+        steps.update_priorities(slots[part], values[part])
+    probe = np.concatenate([slots[:3], slots[n // 3 : n // 3 + 3], slots[-3:]])
+    np.testing.assert_array_equal(bulk.probabilities(probe), steps.probabilities(probe))
+    np.testing.assert_array_equal(bulk._backend.order.rank(probe), steps._backend.order.rank(probe))
+    assert bulk._backend.order.rank(slots[1999:2000])[0] == 0  # the last 3.0 written ranks first
