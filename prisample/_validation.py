@@ -9,20 +9,43 @@ from typing import Any
 import numba
 import numpy as np
 import numpy.typing as npt
+import torch
 
+_NARROW_FLOATS = (torch.float16, torch.bfloat16)
 _OUT_OF_RANGE, _EMPTY_SLOT, _BAD_PRIORITY = 1, 2, 3
 
 
+def short_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters (error messages about large states)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _torch_to_numpy(tensor: Any, name: str) -> npt.NDArray[Any]:
+    """A torch tensor's values as numpy: sparse ones densified, float16/bfloat16 widened to
+    float32 (numpy has no bfloat16), the ``meta`` device (no values) refused.  Other dtypes numpy
+    cannot take as numbers (complex, bool) are left to the callers' dtype checks."""
+    if tensor.is_meta:
+        raise ValueError(
+            f"{name} should hold values, but got a tensor on the meta device ({name}={short_repr(tensor)})"
+        )
+    if tensor.layout != torch.strided:
+        tensor = tensor.to_dense()
+    if tensor.dtype in _NARROW_FLOATS:
+        tensor = tensor.float()
+    return np.asarray(tensor.detach().cpu().numpy())
+
+
 def to_numpy(values: Any, name: str) -> npt.NDArray[Any]:
-    """numpy view of a numpy array, torch tensor (any device), list or scalar."""
+    """numpy view of a numpy array, torch tensor (any device, any layout), list or scalar."""
     if isinstance(values, np.ndarray):
         return values
-    if hasattr(values, "detach") and hasattr(values, "cpu"):  # torch.Tensor, without importing torch
-        return np.asarray(values.detach().cpu().numpy())
+    if isinstance(values, torch.Tensor):
+        return _torch_to_numpy(values, name)
     try:
         return np.asarray(values)
     except (TypeError, ValueError) as error:
-        raise TypeError(f"{name} should be array-like, but got {name}={values!r}") from error
+        raise TypeError(f"{name} should be array-like, but got {name}={short_repr(values)}") from error
 
 
 def as_indices(indices: Any, name: str = "indices") -> npt.NDArray[np.int64]:
@@ -36,14 +59,19 @@ def as_indices(indices: Any, name: str = "indices") -> npt.NDArray[np.int64]:
         if array.size == 0:
             return np.empty(0, dtype=np.int64)
         raise TypeError(f"{name} should hold integers, but got dtype {array.dtype} ({name}={array[:5]})")
+    if array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
+        j = int(np.argmax(array > np.iinfo(np.int64).max))  # would wrap to a negative int64
+        raise ValueError(f"{name} should be slot numbers, but got {name}[{j}]={int(array[j])}")
     return array.astype(np.int64, copy=False)
 
 
 def as_priorities(priorities: Any, length: int, name: str = "priorities") -> npt.NDArray[np.float64]:
     """One-dimensional float64 array of ``length`` values (finiteness by :func:`check_slots`)."""
     array = to_numpy(priorities, name)
-    if array.dtype.kind not in "fiu":
-        raise TypeError(f"{name} should hold real numbers, but got dtype {array.dtype}")
+    if array.dtype.kind not in "fiu":  # bool, complex, strings, objects: refused, not coerced
+        raise TypeError(
+            f"{name} should hold real numbers, but got dtype {array.dtype} ({name}={short_repr(array)})"
+        )
     if array.ndim == 0:
         array = array.reshape(1)
     if array.ndim != 1:
@@ -89,17 +117,33 @@ def check_slots(
         raise ValueError(f"priorities should be finite and >= 0, but got priorities[{j}]={priorities[j]!r}")
 
 
-def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
+def check_integer(value: Any, name: str) -> int:
+    """``value`` as an ``int``; ``TypeError`` naming it unless it is an integer (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} should be an integer, but got {name}={value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} should be an integer >= {minimum}, but got {name}={value!r}")
+        raise TypeError(f"{name} should be an integer, but got {name}={short_repr(value)}")
     return int(value)
+
+
+def check_positive_int(value: Any, name: str, minimum: int = 1, maximum: int | None = None) -> int:
+    number = check_integer(value, name)
+    if number < minimum or (maximum is not None and number > maximum):
+        bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ValueError(f"{name} should be an integer {bounds}, but got {name}={short_repr(value)}")
+    return number
+
+
+def check_seed(seed: Any) -> int:
+    """A seed for ``np.random.default_rng``: an integer ``>= 0``."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed should be None or an integer >= 0, but got seed={short_repr(seed)}")
+    if seed < 0:
+        raise ValueError(f"seed should be None or an integer >= 0, but got seed={seed!r}")
+    return int(seed)
 
 
 def check_real(value: Any, name: str, *, minimum: float, strict: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} should be a real number, but got {name}={value!r}")
+        raise TypeError(f"{name} should be a real number, but got {name}={short_repr(value)}")
     number = float(value)
     ok = math.isfinite(number) and (number > minimum if strict else number >= minimum)
     if not ok:

@@ -15,8 +15,9 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from prisample._validation import short_repr
 from prisample.rank import RankBackend
-from prisample.trees import OK, ArgMaxTree, PriorityTree, top_k
+from prisample.trees import OK, ArgMaxTree, PriorityTree, mass_limit, top_k
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -49,12 +50,39 @@ class Backend(Protocol):
 
     def set_alpha(self, alpha: float) -> None: ...
     def state_dict(self) -> dict[str, Any]:
-        """What the raw priorities do not determine (e.g. an order of equal draws)."""
+        """What the raw priorities do not determine (e.g. an order of equal priorities).
+
+        The inverse is each class's ``from_state(raw, alpha, eps, state, legacy=...)``, which
+        validates ``state`` against ``raw`` and builds a new backend without changing anything.
+        """
         ...
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` into a backend just built over the restored raw array."""
-        ...
+
+def bad_mass(values: FloatArray, alpha: float, eps: float, capacity: int) -> int:
+    """Index of the first non-NaN ``p`` in ``values`` whose mass ``(p + ε)^α`` is not a positive
+    float ``<= mass_limit(capacity)`` (mass 0 is allowed only for ``p + ε = 0``); -1 if none."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        masses = (values + eps) ** alpha
+        ok = np.isnan(values) | (((masses > 0.0) | (values + eps == 0.0)) & (masses <= mass_limit(capacity)))
+    bad = np.flatnonzero(~ok)
+    return int(bad[0]) if bad.shape[0] else -1
+
+
+def mass_error(values: FloatArray, j: int, alpha: float, eps: float, capacity: int, name: str) -> ValueError:
+    return ValueError(
+        f"{name} should give a mass (p + eps)^alpha that is a positive float <= "
+        f"{mass_limit(capacity):.3g} (so that {capacity} of them sum finitely), but got "
+        f"{name}[{j}]={float(values[j])!r} with alpha={alpha!r}, eps={eps!r}"
+    )
+
+
+def _check_empty_state(state: Any, backend: str) -> None:
+    if not isinstance(state, dict):
+        raise TypeError(f"backend_state should be a dict, but got backend_state={state!r}")
+    if state:
+        raise ValueError(
+            f"backend_state of a {backend} sampler should be {{}}, but got backend_state={short_repr(state)}"
+        )
 
 
 class ProportionalBackend:
@@ -82,13 +110,27 @@ class ProportionalBackend:
                 self._negated = np.where(raw > 0.0, -raw, np.nan)
             self._positive = ArgMaxTree(self._negated)
 
+    @classmethod
+    def from_state(
+        cls, raw: FloatArray, alpha: float, eps: float, state: Any, *, legacy: bool = False
+    ) -> ProportionalBackend:
+        """A backend over ``raw`` if ``state`` is ``{}`` and every mass is allowed (see
+        :meth:`write`); ``ValueError``/``TypeError`` otherwise."""
+        _check_empty_state(state, "proportional")
+        j = bad_mass(raw, alpha, eps, raw.shape[0])
+        if j >= 0:
+            raise mass_error(raw, j, alpha, eps, raw.shape[0], "priorities")
+        return cls(raw, alpha, eps)
+
     def write(self, slots: IntArray, values: FloatArray) -> None:
+        """``raw[slots] = values``; ``ValueError`` (nothing written) unless every mass
+        ``(p + ε)^α`` is a positive float at most ``float64 max / (2 · capacity)``: then the
+        total stays finite and no positive priority gets ``P(i) = 0`` through an infinite sum."""
         code, change = self.tree.write(slots, values)
         if code != OK:
-            raise ValueError(
-                f"priorities should give finite positive (p + eps)^alpha, but got priorities up to "
-                f"{np.nanmax(values)!r} with alpha={self.tree.alpha}, eps={self.tree.eps}"
-            )
+            tree = self.tree
+            j = max(bad_mass(values, tree.alpha, tree.eps, self.capacity), 0)
+            raise mass_error(values, j, tree.alpha, tree.eps, self.capacity, "priorities")
         self.count += change
         if self._positive is not None:
             with np.errstate(invalid="ignore"):
@@ -138,9 +180,6 @@ class ProportionalBackend:
     def state_dict(self) -> dict[str, Any]:
         return {}  # the tree is a pure function of the raw priorities
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass  # built from the raw priorities already
-
 
 class GreedyBackend:
     """Greedy prioritization (Sec. 3.2): a batch of ``k`` is the ``k`` largest ``|δ|``.
@@ -183,10 +222,14 @@ class GreedyBackend:
         pass  # the greedy order does not depend on α
 
     def state_dict(self) -> dict[str, Any]:
-        return {}
+        return {}  # the greedy order is a function of the raw priorities
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass  # built from the raw priorities already
+    @classmethod
+    def from_state(
+        cls, raw: FloatArray, alpha: float, eps: float, state: Any, *, legacy: bool = False
+    ) -> GreedyBackend:
+        _check_empty_state(state, "greedy")
+        return cls(raw)
 
 
 @numba.njit(cache=True)
@@ -246,14 +289,45 @@ class UniformBackend:
         pass
 
     def state_dict(self) -> dict[str, Any]:
-        return {"dense": self.dense[: self.count].copy()}
+        return {"dense": self.dense[: self.count].copy()}  # the order of the dense list
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        dense = np.asarray(state["dense"], dtype=np.int32)  # the saved order of the dense list
-        self.count = dense.shape[0]
-        self.dense[: self.count] = dense
-        self.pos[:] = -1
-        self.pos[dense] = np.arange(self.count, dtype=np.int32)
+    @classmethod
+    def from_state(
+        cls, raw: FloatArray, alpha: float, eps: float, state: Any, *, legacy: bool = False
+    ) -> UniformBackend:
+        """A backend over ``raw`` whose dense list is ``state["dense"]``: an integer array
+        holding each filled slot of ``raw`` exactly once; ``ValueError``/``TypeError`` otherwise."""
+        if not isinstance(state, dict):
+            raise TypeError(f"backend_state should be a dict, but got backend_state={state!r}")
+        if set(state) != {"dense"}:
+            raise ValueError(
+                f"backend_state of a uniform sampler should have the key 'dense' only, but got "
+                f"keys {sorted(map(repr, state))}"
+            )
+        dense = state["dense"]
+        if not isinstance(dense, np.ndarray) or dense.dtype.kind not in "iu" or dense.ndim != 1:
+            raise TypeError(
+                f"backend_state['dense'] should be a one-dimensional integer array, but got "
+                f"{type(dense).__name__} {getattr(dense, 'dtype', '')} {getattr(dense, 'shape', '')}"
+            )
+        filled = ~np.isnan(raw)
+        in_range = (dense >= 0) & (dense < raw.shape[0])
+        ok = dense.shape[0] == int(np.count_nonzero(filled)) and bool(np.all(in_range))
+        if ok:
+            seen = np.zeros(raw.shape[0], dtype=bool)
+            seen[dense] = True
+            ok = bool(np.array_equal(seen, filled))  # with the length: each filled slot once
+        if not ok:
+            raise ValueError(
+                f"backend_state['dense'] should hold each of the {int(np.count_nonzero(filled))} "
+                f"filled slots exactly once, but got dense={dense[:8]!r}"
+                + ("..." if dense.shape[0] > 8 else "")
+            )
+        backend = cls(raw)
+        backend.dense[: dense.shape[0]] = dense
+        backend.pos[:] = -1
+        backend.pos[dense] = np.arange(dense.shape[0], dtype=np.int32)
+        return backend
 
 
 def rank_memory_max(
@@ -278,6 +352,23 @@ def rank_memory_max(
 
 
 BACKENDS = ("proportional", "rank", "greedy", "uniform")
+
+
+def backend_from_state(
+    name: str, raw: FloatArray, alpha: float, eps: float, state: Any, *, legacy: bool = False
+) -> Backend:
+    """The backend called ``name`` over ``raw``, restored from its ``state_dict`` after full
+    validation against ``raw``; changes nothing and raises ``ValueError``/``TypeError`` naming
+    the key otherwise.  ``legacy``: a state saved by an older version (rank: no stamps)."""
+    if name == "proportional":
+        return ProportionalBackend.from_state(raw, alpha, eps, state, legacy=legacy)
+    if name == "rank":
+        return RankBackend.from_state(raw, alpha, state, legacy=legacy)
+    if name == "greedy":
+        return GreedyBackend.from_state(raw, alpha, eps, state, legacy=legacy)
+    if name == "uniform":
+        return UniformBackend.from_state(raw, alpha, eps, state, legacy=legacy)
+    raise ValueError(f"backend should be one of {BACKENDS}, but got backend={name!r}")
 
 
 def make_backend(name: str, raw: FloatArray, alpha: float, eps: float) -> Backend:

@@ -8,17 +8,15 @@ the same seed, and each rank's slice is itself stratified over the whole distrib
 step the ``(index, priority)`` updates of all ranks are all-gathered and applied in rank order on
 every rank (last write wins), so the priorities stay identical everywhere.
 
-The same class serves a single process (``R = 1``): it records each draw so that a training step
-can look up the importance weights ``w_i = (N · P(i))^-β / max_j w_j`` (Sec. 3.4) computed when its
-batch was drawn, and it checkpoints the draws a ``DataLoader`` made but training has not consumed
-yet, so a resumed run draws exactly what the uninterrupted run would have.
+Draws and their draw-time weights are kept by a :class:`~prisample.ledger.DrawLedger` (one global
+draw per batch), so a training step claims its batch with :meth:`take` and a checkpoint resumes
+exactly; on one process the ledger alone does that job.
 """
 
 from __future__ import annotations
 
-import math
-from collections import deque
-from collections.abc import Iterator
+import numbers
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -27,11 +25,10 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
-from prisample._validation import as_indices, as_priorities, to_numpy
+from prisample._validation import as_indices, as_priorities
+from prisample.ledger import DrawLedger
 from prisample.sampler import Draw, PrioritizedSampler
-
-STATE_VERSION = 1
-_MAX_PENDING = 1024
+from prisample.weights import LinearSchedule
 
 
 def _world(process_group: Any) -> tuple[int, int]:
@@ -82,10 +79,7 @@ class DistributedPrioritizedSampler(Sampler[int]):
         self._rank = rank
         self.process_group = process_group
         self.epoch = 0
-        # Global draws (with the β they were drawn at) yielded but not yet claimed by take().
-        self._pending: deque[tuple[Draw, float]] = deque(maxlen=_MAX_PENDING)
-        self._yielded = 0  # indices this rank has yielded in the current epoch
-        self._resume: dict[str, Any] | None = None  # saved epoch position awaiting the next __iter__
+        self.ledger = DrawLedger(sampler, topology=lambda: (self.num_replicas, self.rank))
         self._synced = False
 
     # -- topology -------------------------------------------------------------------------------
@@ -102,7 +96,21 @@ class DistributedPrioritizedSampler(Sampler[int]):
     @property
     def batch_size(self) -> int:
         """Indices per rank per batch (the wrapped sampler's ``batch_size``)."""
-        return self.sampler.batch_size
+        return self.ledger.batch_size
+
+    @property
+    def beta(self) -> float:
+        """The wrapped sampler's current ``β``; set a float or a :class:`~prisample.LinearSchedule`."""
+        return self.ledger.beta
+
+    @beta.setter
+    def beta(self, value: float | LinearSchedule) -> None:
+        self.ledger.beta = value
+
+    @property
+    def max_priority(self) -> float:
+        """The wrapped sampler's largest raw priority (the same on every rank)."""
+        return self.ledger.max_priority
 
     def _communicates(self) -> bool:
         return self.num_replicas > 1 and dist.is_available() and dist.is_initialized()
@@ -123,20 +131,11 @@ class DistributedPrioritizedSampler(Sampler[int]):
         self._synced = True
 
     # -- draws ----------------------------------------------------------------------------------
-    def _local(self, draw: Draw) -> Draw:
-        r, R = self.rank, self.num_replicas
-        if R == 1:
-            return draw
-        return Draw(draw.indices[r::R], draw.weights[r::R], draw.probabilities[r::R])
-
     def sample(self, k: int) -> Draw:
         """Draw one global batch of ``k · R`` slots; returns this rank's slice of ``k``."""
         if not self._synced:
             self.sync()
-        beta = self.sampler.beta
-        draw = self.sampler.sample(k * self.num_replicas)
-        self._pending.append((draw, beta))
-        return self._local(draw)
+        return self.ledger.sample(k)
 
     def take(self, indices: npt.ArrayLike) -> Draw:
         """Claim the oldest unclaimed batch, which must be ``indices``: its draw-time weights.
@@ -144,30 +143,16 @@ class DistributedPrioritizedSampler(Sampler[int]):
         Raises ``ValueError`` (claiming nothing) when ``indices`` is not the next drawn batch, e.g.
         when the ``DataLoader``'s ``batch_size`` differs from the sampler's.
         """
-        return self._claim(indices)[0]
+        return self.ledger.take(indices)
 
     def take_with_beta(self, indices: npt.ArrayLike) -> tuple[Draw, float]:
         """:meth:`take`, plus the ``β`` the batch's weights were computed with."""
-        return self._claim(indices)
-
-    def _claim(self, indices: npt.ArrayLike) -> tuple[Draw, float]:
-        idx = as_indices(indices)
-        if not self._pending:
-            raise ValueError(f"indices should be the next drawn batch, but none is pending (indices={idx})")
-        draw, beta = self._pending[0]
-        local = self._local(draw)
-        if not np.array_equal(local.indices, idx):
-            raise ValueError(
-                "indices should be the next drawn batch (DataLoader batch_size == sampler.batch_size="
-                f"{self.batch_size}), but got indices={idx[:8]} for the batch {local.indices[:8]}"
-            )
-        self._pending.popleft()
-        return local, beta
+        return self.ledger.take_with_beta(indices)
 
     @property
     def pending(self) -> int:
         """Batches drawn (e.g. prefetched by a ``DataLoader``) and not yet claimed by :meth:`take`."""
-        return len(self._pending)
+        return self.ledger.pending
 
     # -- writes ---------------------------------------------------------------------------------
     def update_priorities(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
@@ -203,91 +188,35 @@ class DistributedPrioritizedSampler(Sampler[int]):
 
     # -- torch Sampler protocol -----------------------------------------------------------------
     def __len__(self) -> int:
-        return math.ceil(len(self.sampler) / self.num_replicas)
+        return len(self.ledger)
 
     def __iter__(self) -> Iterator[int]:
-        total, resume = len(self), self._resume
-        self._resume = None
-        replay: list[tuple[Draw, float]] = []
-        consumed = 0
-        if resume is not None:
-            consumed = resume["yielded"] - sum(len(self._local(d)) for d, _ in resume["pending"])
-        if resume is not None and consumed < total:
-            # Continue the checkpointed epoch: first the batches drawn but not trained on then.
-            replay, self._yielded = resume["pending"], consumed
-        else:
-            self._yielded = 0
-        self._pending.clear()
-        for draw, beta in replay:
-            self._pending.append((draw, beta))
-            local = self._local(draw)
-            self._yielded += len(local)
-            yield from local.indices.tolist()
-        while self._yielded < total:
-            k = min(self.batch_size, total - self._yielded)
-            local = self.sample(k)
-            self._yielded += k
-            yield from local.indices.tolist()
+        if not self._synced:
+            self.sync()
+        yield from self.ledger
 
     def set_epoch(self, epoch: int) -> None:
         """Record the epoch (``DistributedSampler`` protocol); draws depend on the RNG only."""
         self.epoch = int(epoch)
-        self.sampler.set_epoch(epoch)
+        self.ledger.set_epoch(epoch)
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The wrapped sampler's state, the epoch position and the unclaimed global draws.
+        """The ledger's state (the wrapped sampler's, the epoch position and the unclaimed global
+        draws) and the epoch; the same on every rank, so rank 0's checkpoint restores all of them."""
+        return {**self.ledger.state_dict(), "epoch": self.epoch}
 
-        The same on every rank, so rank 0's checkpoint restores all of them.
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output; a malformed state raises and changes nothing.
+
+        Every key is validated before the wrapped sampler's (atomic) load.  If the saved epoch was
+        not finished, the next iteration finishes it: it replays the batches drawn but not claimed
+        at save time, then draws exactly as the saved sampler would have.
         """
-        return {
-            "version": STATE_VERSION,
-            "sampler": self.sampler.state_dict(),
-            "epoch": self.epoch,
-            "yielded": self._yielded,
-            "pending": [
-                {
-                    "indices": d.indices.copy(),
-                    "weights": d.weights.copy(),
-                    "probabilities": d.probabilities.copy(),
-                    "beta": beta,
-                }
-                for d, beta in self._pending
-            ],
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output.
-
-        If the saved epoch was not finished, the next iteration finishes it: it replays the batches
-        drawn but not claimed at save time, then draws exactly as the saved sampler would have.
-        """
-        version = state.get("version")
-        if version != STATE_VERSION:
-            raise ValueError(f"state_dict version should be {STATE_VERSION}, but got version={version!r}")
-        try:
-            pending = [
-                (
-                    Draw(
-                        as_indices(p["indices"]),
-                        np.asarray(to_numpy(p["weights"], "weights"), dtype=np.float32),
-                        np.asarray(to_numpy(p["probabilities"], "probabilities"), dtype=np.float64),
-                    ),
-                    float(p["beta"]),
-                )
-                for p in state["pending"]
-            ]
-            resume: dict[str, Any] = {
-                "epoch": int(state["epoch"]),
-                "yielded": int(state["yielded"]),
-                "pending": pending,
-            }
-            sampler_state = state["sampler"]
-        except KeyError as missing:
-            raise ValueError(f"state_dict is missing the key {missing}") from None
-        self.sampler.load_state_dict(sampler_state)
-        self.epoch = resume["epoch"]
-        self._resume = resume
-        self._pending.clear()
-        self._yielded = resume["yielded"]
+        parsed = self.ledger.parse(state, extra_keys=frozenset({"epoch"}))
+        epoch = state["epoch"]
+        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
+            raise ValueError(f"state_dict epoch should be an integer >= 0, but got epoch={epoch!r}")
+        self.ledger.apply(parsed)
+        self.epoch = int(epoch)
         self._synced = True

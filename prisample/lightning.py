@@ -2,13 +2,16 @@
 
 Prioritized supervised learning (Schaul et al. 2016, Sec. 6) samples each training example with
 probability ``P(i) = p_i^α / Σ_k p_k^α`` (Eq. 1), where ``p_i`` is the example's last-seen loss,
-and may correct the bias with ``w_i = (N · P(i))^-β / max_j w_j`` (Sec. 3.4), β annealed
-linearly to 1 over training.  The callback closes that loop around a ``LightningModule``:
+and may correct the bias with ``w_i = (N · P(i))^-β / max_j w_j`` (Sec. 3.4).  The paper's
+supervised experiment uses β = 0: there the skew of ``P`` *is* the point (rare, hard examples seen
+more often), and β = 1 would undo it, so β is only annealed when asked for.  The callback closes
+that loop around a ``LightningModule``:
 
-* the train ``DataLoader`` iterates an :class:`~prisample.IndexedDataset` with a
-  :class:`~prisample.distributed.DistributedPrioritizedSampler` (also for a single process) and
-  ``batch_size == sampler.batch_size``; under DDP the ``Trainer`` needs
-  ``use_distributed_sampler=False`` (Lightning's wrapper would fix each epoch's order up front);
+* the train ``DataLoader`` iterates an :class:`~prisample.IndexedDataset` with
+  ``batch_size == sampler.batch_size`` and, as its sampler, a :class:`~prisample.PrioritizedSampler`
+  (one process), a :class:`~prisample.ledger.DrawLedger` (one process, any ``num_workers``) or a
+  :class:`~prisample.distributed.DistributedPrioritizedSampler` (DDP; the ``Trainer`` then needs
+  ``use_distributed_sampler=False``: Lightning's wrapper would fix each epoch's order up front);
 * before a step it claims the batch's draw: :func:`batch_weights` then gives the training step the
   weights computed when the batch was drawn;
 * the training step returns ``{"loss": ..., "per_sample_loss": ...}``; after the step the callback
@@ -30,17 +33,29 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from prisample.distributed import DistributedPrioritizedSampler
+from prisample.ledger import DrawLedger
 from prisample.sampler import PrioritizedSampler
 from prisample.weights import LinearSchedule, check_beta
 
+_Driver = DrawLedger | DistributedPrioritizedSampler
+_SAMPLERS = (DistributedPrioritizedSampler, DrawLedger, PrioritizedSampler)
+_INDEXED = "wrap the dataset in prisample.IndexedDataset, whose items start with their index"
+
 
 def _batch_indices(batch: Any) -> torch.Tensor:
-    """Slot indices of an ``IndexedDataset`` batch: ``batch[0]`` or ``batch["index"]``."""
-    indices = batch["index"] if isinstance(batch, Mapping) else batch[0]
+    """Slot indices of an ``IndexedDataset`` batch (``batch[0]`` or ``batch["index"]``)."""
+    if isinstance(batch, Mapping):
+        indices, where = batch.get("index"), 'batch["index"]'
+    elif isinstance(batch, (list, tuple)) and batch:
+        indices, where = batch[0], "batch[0]"
+    else:
+        indices, where = batch, "batch"
     if not isinstance(indices, torch.Tensor):
+        raise TypeError(f"{where} should be the slot indices ({_INDEXED}), but got {where}={indices!r:.80}")
+    if indices.ndim != 1 or indices.dtype.is_floating_point or indices.dtype.is_complex:
         raise TypeError(
-            "the train batch should come from an IndexedDataset (indices first), "
-            f"but got batch[0]={indices!r}"
+            f"{where} should be the slot indices, one integer per sample ({_INDEXED}), "
+            f"but got a {indices.dtype} tensor of shape {tuple(indices.shape)}"
         )
     return indices
 
@@ -62,7 +77,7 @@ def _to_tensors(obj: Any) -> Any:
 def _to_arrays(obj: Any) -> Any:
     """Inverse of :func:`_to_tensors` (sampler states hold numpy arrays, never tensors)."""
     if isinstance(obj, torch.Tensor):
-        return obj.numpy().copy()
+        return obj.detach().cpu().numpy().copy()
     if isinstance(obj, dict):
         return {key: _to_arrays(value) for key, value in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -70,42 +85,55 @@ def _to_arrays(obj: Any) -> Any:
     return obj
 
 
-def _find_sampler(loader: Any) -> DistributedPrioritizedSampler | None:
-    """The prioritized sampler behind a train ``DataLoader`` (or a collection of them)."""
+def _loaders(loader: Any) -> list[Any]:
     if isinstance(loader, Mapping):
-        loaders = list(loader.values())
-    else:
-        loaders = list(loader) if isinstance(loader, Sequence) else [loader]
-    for dl in loaders:
+        return list(loader.values())
+    return list(loader) if isinstance(loader, Sequence) else [loader]
+
+
+def _find_sampler(loader: Any) -> tuple[Any, Any] | tuple[None, None]:
+    """The prioritized sampler behind a train ``DataLoader`` (or a collection of them), and its loader."""
+    for dl in _loaders(loader):
         batch_sampler = getattr(dl, "batch_sampler", None)
-        for sampler in (getattr(dl, "sampler", None), getattr(batch_sampler, "sampler", None)):
-            if isinstance(sampler, DistributedPrioritizedSampler):
-                return sampler
-            if isinstance(sampler, PrioritizedSampler):
-                raise TypeError(
-                    "wrap the PrioritizedSampler in prisample.distributed.DistributedPrioritizedSampler "
-                    "so that the callback can find each batch's draw"
-                )
+        for sampler in (getattr(batch_sampler, "sampler", None), getattr(dl, "sampler", None)):
+            if isinstance(sampler, _SAMPLERS):
+                return sampler, dl
             inner = getattr(getattr(sampler, "dataset", None), "_sampler", None)  # Lightning's wrapper
-            if isinstance(inner, (DistributedPrioritizedSampler, PrioritizedSampler)):
+            if isinstance(inner, _SAMPLERS):
                 raise ValueError(
                     "Trainer(use_distributed_sampler=True) wraps the prioritized sampler and fixes each "
                     "epoch's draws up front: set use_distributed_sampler=False"
                 )
-    return None
+    return None, None
+
+
+def _driver(sampler: Any) -> _Driver:
+    """What the callback claims draws from and writes priorities to."""
+    return DrawLedger(sampler) if isinstance(sampler, PrioritizedSampler) else sampler
+
+
+def _drives(driver: _Driver, sampler: Any) -> bool:
+    """Whether ``sampler`` (found behind the loader) is ``driver`` or the sampler it draws from."""
+    return sampler is driver or (isinstance(driver, DrawLedger) and sampler is driver.sampler)
 
 
 class PrioritizedSamplingCallback(Callback):
-    """Feeds per-sample losses back as priorities, anneals β, logs and checkpoints the sampler.
+    """Feeds per-sample losses back as priorities, sets β, logs and checkpoints the sampler.
 
     Args:
-        beta_start: when given, β is annealed linearly from this value to ``beta_end`` over the
-            run's batches (Sec. 3.4); when ``None`` the sampler keeps its own ``beta``.
-        beta_end: β at the end of training (the paper: 1).
+        beta_start: ``β`` of the importance weights ``(N · P(i))^-β`` (Sec. 3.4) from the first
+            batch; ``None`` keeps the sampler's own ``beta``.  For supervised learning use 0 (the
+            paper's Sec. 6 experiment): weights with β > 0 undo part of the rebalancing that
+            prioritization is for, and β = 1 all of it in expectation.
+        beta_end: when given, β is annealed linearly from ``beta_start`` to this over the run's
+            batches (the paper's RL setting: 0.4 → 1); ``None`` holds β at ``beta_start``.
+            Without ``beta_start`` it has no effect.
         priority_key: key of the per-sample losses in the training step's output.
-        sampler: the sampler to drive; by default the one behind the train ``DataLoader``.
+        sampler: the sampler to drive (a ``PrioritizedSampler``, ``DrawLedger`` or
+            ``DistributedPrioritizedSampler``); by default the one found among the DataModule's or
+            the LightningModule's attributes, else the one behind the train ``DataLoader``.
 
-    >>> cb = PrioritizedSamplingCallback(beta_start=0.4)
+    >>> cb = PrioritizedSamplingCallback(beta_start=0.0)
     >>> cb.state_key
     'PrioritizedSamplingCallback'
     """
@@ -113,93 +141,173 @@ class PrioritizedSamplingCallback(Callback):
     def __init__(
         self,
         beta_start: float | None = None,
-        beta_end: float = 1.0,
+        beta_end: float | None = None,
         priority_key: str = "per_sample_loss",
-        sampler: DistributedPrioritizedSampler | None = None,
+        sampler: PrioritizedSampler | DrawLedger | DistributedPrioritizedSampler | None = None,
     ) -> None:
         if beta_start is not None:
             check_beta(beta_start, "beta_start")
-        check_beta(beta_end, "beta_end")
-        if sampler is not None and not isinstance(sampler, DistributedPrioritizedSampler):
-            raise TypeError(f"sampler should be a DistributedPrioritizedSampler, but got sampler={sampler!r}")
+        if beta_end is not None:
+            check_beta(beta_end, "beta_end")
+        if not isinstance(priority_key, str):
+            raise TypeError(f"priority_key should be a string, but got priority_key={priority_key!r}")
+        if sampler is not None and not isinstance(sampler, _SAMPLERS):
+            raise TypeError(
+                "sampler should be a PrioritizedSampler, DrawLedger or DistributedPrioritizedSampler, "
+                f"but got sampler={sampler!r}"
+            )
         self.beta_start = beta_start
         self.beta_end = beta_end
         self.priority_key = priority_key
         self.sampler = sampler
         self.batch_weights: torch.Tensor | None = None
+        self._driver: _Driver | None = None if sampler is None else _driver(sampler)
+        self._known = sampler is not None  # found before the train DataLoader could draw from it
         self._batch_indices: torch.Tensor | None = None
         self._beta = 0.0
         self._loaded: dict[str, Any] | None = None
 
     # -- setup ----------------------------------------------------------------------------------
+    def _adopt(self, sampler: Any) -> None:
+        self.sampler, self._driver = sampler, _driver(sampler)
+        if self._loaded is not None:
+            self._driver.load_state_dict(self._loaded)
+            self._loaded = None
+
+    def _find_early(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A sampler among the DataModule's or the LightningModule's attributes: found before a
+        checkpoint is restored into it and before the train DataLoader's workers draw from it."""
+        if self._driver is not None:
+            return
+        found: list[Any] = []
+        for owner in (getattr(trainer, "datamodule", None), pl_module):
+            found += [
+                v for v in (vars(owner).values() if owner is not None else ()) if isinstance(v, _SAMPLERS)
+            ]
+        for kind in _SAMPLERS:  # the outermost wrapper drives the ones inside it
+            match = [v for v in found if isinstance(v, kind)]
+            if match:
+                self._adopt(match[0])
+                self._known = True
+                return
+
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        # A sampler built in the DataModule's setup() is found here, before a checkpoint is restored
-        # and before the train DataLoader's workers start prefetching from it.
-        if self.sampler is None:
-            datamodule = getattr(trainer, "datamodule", None)
-            for value in vars(datamodule).values() if datamodule is not None else ():
-                if isinstance(value, DistributedPrioritizedSampler):
-                    self.sampler = value
-                    break
+        self._find_early(trainer, pl_module)
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # The last hook before the train DataLoader is requested (LightningModule.setup ran).
+        self._find_early(trainer, pl_module)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        found = _find_sampler(trainer.train_dataloader)
-        if self.sampler is None:
-            self.sampler = found
-        if self.sampler is None:
-            raise ValueError(
-                "no DistributedPrioritizedSampler found behind the train DataLoader: pass sampler=..."
-            )
-        if found is not None and found is not self.sampler:
+        found, loader = _find_sampler(trainer.train_dataloader)
+        if self._driver is None:
+            if found is None:
+                raise ValueError(
+                    "no PrioritizedSampler found behind the train DataLoader: pass sampler=... to "
+                    "PrioritizedSamplingCallback or use one as the DataLoader's sampler"
+                )
+            workers = getattr(loader, "num_workers", 0)
+            if workers:
+                # The DataLoader's iterator is created before this hook, and with workers it draws
+                # prefetch_factor × num_workers batches at creation: on resume those would come from
+                # a sampler the checkpoint was not yet restored into.
+                raise ValueError(
+                    f"a sampler first seen behind a DataLoader with num_workers={workers} cannot be "
+                    "restored from a checkpoint before the DataLoader draws from it: build it in the "
+                    "DataModule's (or LightningModule's) setup() and keep it as an attribute, or pass "
+                    "it as PrioritizedSamplingCallback(sampler=...)"
+                )
+            self._adopt(found)
+        driver = self._driver
+        assert driver is not None
+        if found is not None and not _drives(driver, found):
             raise ValueError("the callback's sampler is not the one behind the train DataLoader")
-        loader = trainer.train_dataloader
+        if found is None:
+            raise ValueError(
+                "the train DataLoader should iterate the callback's sampler, but it has another sampler"
+            )
+        if isinstance(found, PrioritizedSampler):
+            self._install(driver, found, loader)
+        if trainer.world_size > 1 and not isinstance(driver, DistributedPrioritizedSampler):
+            raise ValueError(
+                f"with {trainer.world_size} processes the sampler should be a "
+                "prisample.distributed.DistributedPrioritizedSampler (one draw shared by all ranks)"
+            )
         batch_size = getattr(loader, "batch_size", None)
-        if isinstance(batch_size, int) and batch_size != self.sampler.batch_size:
+        if isinstance(batch_size, int) and batch_size != driver.batch_size:
             raise ValueError(
                 "the train DataLoader's batch_size should equal "
-                f"sampler.batch_size={self.sampler.batch_size}, but got batch_size={batch_size}"
+                f"sampler.batch_size={driver.batch_size}, but got batch_size={batch_size}"
             )
         if self.beta_start is not None:
-            batches = int(trainer.estimated_stepping_batches) * trainer.accumulate_grad_batches
-            self.sampler.sampler.beta = LinearSchedule(self.beta_start, self.beta_end, max(batches, 1))
+            if self.beta_end is None:
+                driver.beta = self.beta_start
+            else:
+                batches = int(trainer.estimated_stepping_batches) * trainer.accumulate_grad_batches
+                driver.beta = LinearSchedule(self.beta_start, self.beta_end, max(batches, 1))
         if self._loaded is not None:
-            if self.sampler.pending:
+            if driver.pending:
                 raise RuntimeError(
                     "the train DataLoader drew batches before the checkpointed sampler state could be "
-                    "restored (DataLoader workers prefetch at creation): build the sampler in the "
-                    "DataModule's setup() or pass it to the callback, so that it is restored first"
+                    "restored: build the sampler in the DataModule's setup() or pass it to the callback"
                 )
-            self.sampler.load_state_dict(self._loaded)
+            driver.load_state_dict(self._loaded)
             self._loaded = None
+
+    @staticmethod
+    def _install(ledger: _Driver, sampler: PrioritizedSampler, loader: Any) -> None:
+        """Make the DataLoader iterate ``ledger`` instead of the plain ``sampler`` it was given.
+
+        The ledger records each draw (for draw-time weights) and the epoch position (for exact
+        resume).  Without workers the DataLoader's iterator, created before ``on_train_start``,
+        has not drawn yet and reads its batch sampler's ``sampler`` at its first batch."""
+        workers = getattr(loader, "num_workers", 0)
+        batch_sampler = getattr(loader, "batch_sampler", None)
+        fix = "give the DataLoader sampler=prisample.ledger.DrawLedger(sampler) (built in setup())"
+        if workers:
+            raise ValueError(
+                f"a DataLoader with num_workers={workers} draws from a plain PrioritizedSampler before "
+                f"training starts, out of the callback's sight: {fix}"
+            )
+        if batch_sampler is None or batch_sampler.sampler is not sampler:
+            raise ValueError(f"the train DataLoader should batch its PrioritizedSampler itself: {fix}")
+        batch_sampler.sampler = ledger
 
     # -- the loop -------------------------------------------------------------------------------
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        assert self.sampler is not None
+        assert self._driver is not None
         indices = _batch_indices(batch)
         # PER: the weights of this batch are those computed when it was drawn.
-        draw, beta = self.sampler.take_with_beta(indices)
+        draw, beta = self._driver.take_with_beta(indices)
         weights = torch.from_numpy(draw.weights).to(pl_module.device)
         self.batch_weights, self._batch_indices, self._beta = weights, indices, beta
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        assert self.sampler is not None and self.batch_weights is not None
-        if not isinstance(outputs, Mapping) or self.priority_key not in outputs:
-            raise ValueError(
-                f"training_step should return a dict with {self.priority_key!r} (one loss per sample), "
-                f"but got {type(outputs).__name__}"
+        assert self._driver is not None and self.batch_weights is not None
+        key = self.priority_key
+        if not isinstance(outputs, Mapping) or key not in outputs:
+            got = (
+                f"keys {sorted(map(str, outputs))}"
+                if isinstance(outputs, Mapping)
+                else type(outputs).__name__
             )
-        losses = torch.as_tensor(outputs[self.priority_key]).detach().reshape(-1)
+            raise ValueError(
+                f'training_step should return {{"loss": ..., "{key}": ...}} ({key}: the unreduced '
+                f"loss, one value per sample; a returned tensor arrives as {{'loss': tensor}}), "
+                f"but got {got}"
+            )
+        losses = torch.as_tensor(outputs[key]).detach().reshape(-1)
         if self._batch_indices is None or losses.shape[0] != self._batch_indices.shape[0]:
             raise ValueError(
-                f"{self.priority_key} should hold one value per sample of the batch, "
-                f"but got shape {tuple(losses.shape)}"
+                f"{key} should hold one value per sample of the batch (reduction='none'), "
+                f"but got shape {tuple(torch.as_tensor(outputs[key]).shape)}"
             )
         # PER: the drawn examples' new priorities are their losses, p_i = |loss_i| (+ ε inside).
-        self.sampler.update_priorities(self._batch_indices, losses.abs().double())
+        self._driver.update_priorities(self._batch_indices, losses.abs().double())
         # Lightning writes on_step values every log_every_n_steps; a log() call costs about a
         # millisecond, several times the sampler's own work, so the other steps skip it.
         if trainer.global_step % max(int(getattr(trainer, "log_every_n_steps", 1)), 1) == 0:
@@ -207,14 +315,14 @@ class PrioritizedSamplingCallback(Callback):
         self._batch_indices = None
 
     def _log(self, pl_module: pl.LightningModule) -> None:
-        assert self.sampler is not None and self.batch_weights is not None
+        assert self._driver is not None and self.batch_weights is not None
         w = self.batch_weights
         pl_module.log_dict(
             {
                 "per/beta": float(self._beta),
                 "per/weight_mean": float(w.mean()),
                 "per/weight_max": float(w.max()),
-                "per/max_priority": float(self.sampler.sampler.max_priority),
+                "per/max_priority": float(self._driver.max_priority),
             },
             on_step=True,
             on_epoch=False,
@@ -222,17 +330,32 @@ class PrioritizedSamplingCallback(Callback):
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        if self.sampler is None:
+        if self._driver is None:
             return {} if self._loaded is None else {"sampler": _to_tensors(self._loaded)}
-        return {"sampler": _to_tensors(self.sampler.state_dict())}
+        return {"sampler": _to_tensors(self._driver.state_dict())}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        # The sampler is built with the DataLoader, after checkpoint restore: apply it at train start.
+    def load_state_dict(self, state_dict: Any) -> None:
+        """Restore :meth:`state_dict` output; a malformed state raises and changes nothing.
+
+        With the sampler already known, its own load validates every key first; otherwise the
+        state is kept and applied (and validated) when the sampler is found, before any draw."""
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict should be a dict, but got state_dict={state_dict!r:.80}")
+        unknown = sorted(map(str, state_dict.keys() - {"sampler"}))
+        if unknown:
+            raise ValueError(f"state_dict has unknown keys {unknown}")
         loaded = state_dict.get("sampler")
-        self._loaded = None if loaded is None else _to_arrays(loaded)
-        if self._loaded is not None and self.sampler is not None:
-            self.sampler.load_state_dict(self._loaded)
-            self._loaded = None
+        if loaded is None:
+            if "sampler" in state_dict:
+                raise TypeError("state_dict sampler should be a sampler state, but got sampler=None")
+            return
+        if not isinstance(loaded, Mapping):
+            raise TypeError(f"state_dict sampler should be a dict, but got sampler={loaded!r:.80}")
+        arrays = _to_arrays(dict(loaded))
+        if self._driver is not None:
+            self._driver.load_state_dict(arrays)
+        else:
+            self._loaded = arrays
 
 
 def batch_weights(trainer: pl.Trainer) -> torch.Tensor | None:

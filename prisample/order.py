@@ -1,13 +1,13 @@
 """``SortedOrder``: slots kept exactly sorted by priority, with rank and select in ``O(log N)``.
 
 Rank-based prioritization needs two queries on the memory sorted by ``|δ|`` (descending, ties
-to the lower slot): *select* (the slot at rank ``r``, to draw) and *rank* (the rank of slot ``i``,
+to the newer write): *select* (the slot at rank ``r``, to draw) and *rank* (the rank of slot ``i``,
 for its probability).  A binary heap used as an approximately sorted array (the paper's choice,
 App. B.2.1) answers both in ``O(1)`` but misplaces items by up to a factor of two in rank, which
 moves the sampling distribution by more than 0.02 in total variation within a few thousand
 writes.  This structure is exact at all times instead:
 
-* the sorted sequence is cut into *blocks*, each a sorted row of ``(key, slot)`` pairs with room
+* the sorted sequence is cut into *blocks*, each a sorted row of ``(key, code)`` pairs with room
   for ``ROOM``; every block holds the pairs between its own lower *bound* and its left
   neighbour's, so a write finds its block by binary search over the bounds, its place in the row
   by binary search, and moves at most one row's tail;
@@ -21,8 +21,8 @@ writes.  This structure is exact at all times instead:
 ::
 
     position:    0              1        2              3        blocks at positions, gaps between
-    rows:       [9.1 6.5 5.0]   ·       [3.0 3.0 2.2]   ·        keys descending, ties by slot
-    bounds:      (5.0, slot 8)  (same)   (-inf)         (-inf)   smallest pair each block may hold
+    rows:       [9.1 6.5 5.0]   ·       [3.0 3.0 2.2]   ·        keys descending, ties by code
+    bounds:      (5.0, code 8)  (same)   (-inf)         (-inf)   smallest pair each block may hold
     counts:      3              0        3              0        → rank 4 is position 2, offset 1
 
 Keys are read from the sampler's raw-priority array; ``NaN`` (empty) slots are never held.
@@ -41,17 +41,18 @@ LOAD = 48  # pairs per block after a re-chunk
 POOL_PER_SLOT = 1 / 32  # blocks allocated per slot of capacity: room to split before re-chunking
 GROUP = 64  # positions per group in the two-level search and count structures
 _EMPTY = -1
+_INT64_MAX = 2**63 - 1
 
 
 @numba.njit(cache=True, inline="always")
-def _before(key_a: float, slot_a: int, key_b: float, slot_b: int) -> bool:
-    """Sorted order: larger key first, ties to the lower slot."""
-    return key_a > key_b or (key_a == key_b and slot_a < slot_b)
+def _before(key_a: float, code_a: int, key_b: float, code_b: int) -> bool:
+    """Sorted order: larger key first, ties to the larger tie code (the newer write)."""
+    return key_a > key_b or (key_a == key_b and code_a > code_b)
 
 
 @numba.njit(cache=True)
-def _position_of(bound_key: np.ndarray, bound_slot: np.ndarray, positions: int, key: float, slot: int) -> int:
-    """First position whose bound is not before ``(key, slot)``: the block that holds it.
+def _position_of(bound_key: np.ndarray, bound_code: np.ndarray, positions: int, key: float, code: int) -> int:
+    """First position whose bound is not before ``(key, code)``: the block that holds it.
 
     Two binary searches: over the bounds of whole groups (stored after the ``positions``
     entries: the bound of each group's last position), then inside the group found.
@@ -59,7 +60,7 @@ def _position_of(bound_key: np.ndarray, bound_slot: np.ndarray, positions: int, 
     lo, hi = positions, bound_key.shape[0] - 1
     while lo < hi:
         mid = (lo + hi) >> 1
-        if _before(bound_key[mid], bound_slot[mid], key, slot):
+        if _before(bound_key[mid], bound_code[mid], key, code):
             lo = mid + 1
         else:
             hi = mid
@@ -67,7 +68,7 @@ def _position_of(bound_key: np.ndarray, bound_slot: np.ndarray, positions: int, 
     hi = lo + GROUP - 1
     while lo < hi:
         mid = (lo + hi) >> 1
-        if _before(bound_key[mid], bound_slot[mid], key, slot):
+        if _before(bound_key[mid], bound_code[mid], key, code):
             lo = mid + 1
         else:
             hi = mid
@@ -76,20 +77,20 @@ def _position_of(bound_key: np.ndarray, bound_slot: np.ndarray, positions: int, 
 
 @numba.njit(cache=True)
 def _sync_groups(
-    bound_key: np.ndarray, bound_slot: np.ndarray, positions: int, first: int, last: int
+    bound_key: np.ndarray, bound_code: np.ndarray, positions: int, first: int, last: int
 ) -> None:
     """Refresh the group bounds of the groups holding positions ``first .. last``."""
     for g in range(first // GROUP, last // GROUP + 1):
         bound_key[positions + g] = bound_key[g * GROUP + GROUP - 1]
-        bound_slot[positions + g] = bound_slot[g * GROUP + GROUP - 1]
+        bound_code[positions + g] = bound_code[g * GROUP + GROUP - 1]
 
 
 @numba.njit(cache=True)
-def _count_before(row_key: np.ndarray, row_slot: np.ndarray, size: int, key: float, slot: int) -> int:
+def _count_before(row_key: np.ndarray, row_code: np.ndarray, size: int, key: float, code: int) -> int:
     lo, hi = 0, size
     while lo < hi:
         mid = (lo + hi) >> 1
-        if _before(row_key[mid], row_slot[mid], key, slot):
+        if _before(row_key[mid], row_code[mid], key, code):
             lo = mid + 1
         else:
             hi = mid
@@ -159,13 +160,13 @@ def _count_build(counts: np.ndarray, positions: int) -> None:
 @numba.njit(cache=True)
 def _layout(
     keys: np.ndarray,
-    slots: np.ndarray,
+    codes: np.ndarray,
     row_key: np.ndarray,
-    row_slot: np.ndarray,
+    row_code: np.ndarray,
     size: np.ndarray,
     block_at: np.ndarray,
     bound_key: np.ndarray,
-    bound_slot: np.ndarray,
+    bound_code: np.ndarray,
     counts: np.ndarray,
     free: np.ndarray,
     meta: np.ndarray,
@@ -183,22 +184,22 @@ def _layout(
         stop = min(start + LOAD, n)
         for q in range(stop - start):
             row_key[b, q] = keys[start + q]
-            row_slot[b, q] = slots[start + q]
+            row_code[b, q] = codes[start + q]
         size[b] = stop - start
         p = b * positions // blocks
         block_at[p] = b
         counts[p] = size[b]
     _count_build(counts, positions)
-    left_key, left_slot = np.inf, 0  # empty positions repeat the bound on their left
+    left_key, left_code = np.inf, 0  # empty positions repeat the bound on their left
     for p in range(positions):
         b = block_at[p]
         if b != _EMPTY:
             left_key = row_key[b, size[b] - 1] if size[b] else -np.inf
-            left_slot = row_slot[b, size[b] - 1] if size[b] else 0
+            left_code = row_code[b, size[b] - 1] if size[b] else 0
         bound_key[p] = left_key
-        bound_slot[p] = left_slot
-    _unbound_last(block_at, bound_key, bound_slot)
-    _sync_groups(bound_key, bound_slot, positions, 0, positions - 1)
+        bound_code[p] = left_code
+    _unbound_last(block_at, bound_key, bound_code)
+    _sync_groups(bound_key, bound_code, positions, 0, positions - 1)
     pool = size.shape[0]
     meta[0] = pool - blocks
     for i in range(pool - blocks):
@@ -206,7 +207,7 @@ def _layout(
 
 
 @numba.njit(cache=True)
-def _unbound_last(block_at: np.ndarray, bound_key: np.ndarray, bound_slot: np.ndarray) -> None:
+def _unbound_last(block_at: np.ndarray, bound_key: np.ndarray, bound_code: np.ndarray) -> None:
     """The last block takes everything after its left neighbour: its bound (and after) is -inf."""
     last = block_at.shape[0] - 1
     p = last
@@ -214,18 +215,18 @@ def _unbound_last(block_at: np.ndarray, bound_key: np.ndarray, bound_slot: np.nd
         bound_key[p] = -np.inf
         p -= 1
     bound_key[p] = -np.inf
-    bound_slot[p] = 0
-    _sync_groups(bound_key, bound_slot, block_at.shape[0], p, last)
+    bound_code[p] = 0
+    _sync_groups(bound_key, bound_code, block_at.shape[0], p, last)
 
 
 @numba.njit(cache=True)
 def _rechunk(
     row_key: np.ndarray,
-    row_slot: np.ndarray,
+    row_code: np.ndarray,
     size: np.ndarray,
     block_at: np.ndarray,
     bound_key: np.ndarray,
-    bound_slot: np.ndarray,
+    bound_code: np.ndarray,
     counts: np.ndarray,
     free: np.ndarray,
     meta: np.ndarray,
@@ -235,26 +236,26 @@ def _rechunk(
         if block_at[p] != _EMPTY:
             total += size[block_at[p]]
     keys = np.empty(total, dtype=np.float64)
-    slots = np.empty(total, dtype=np.int32)
+    codes = np.empty(total, dtype=np.int64)
     n = 0
     for p in range(block_at.shape[0]):
         b = block_at[p]
         if b != _EMPTY:
             for q in range(size[b]):
                 keys[n] = row_key[b, q]
-                slots[n] = row_slot[b, q]
+                codes[n] = row_code[b, q]
                 n += 1
-    _layout(keys, slots, row_key, row_slot, size, block_at, bound_key, bound_slot, counts, free, meta)
+    _layout(keys, codes, row_key, row_code, size, block_at, bound_key, bound_code, counts, free, meta)
 
 
 @numba.njit(cache=True)
 def _split(
     row_key: np.ndarray,
-    row_slot: np.ndarray,
+    row_code: np.ndarray,
     size: np.ndarray,
     block_at: np.ndarray,
     bound_key: np.ndarray,
-    bound_slot: np.ndarray,
+    bound_code: np.ndarray,
     counts: np.ndarray,
     free: np.ndarray,
     meta: np.ndarray,
@@ -266,13 +267,13 @@ def _split(
     while gap < positions and block_at[gap] != _EMPTY and gap - p <= 64:
         gap += 1
     if meta[0] == 0 or gap == positions or block_at[gap] != _EMPTY:
-        _rechunk(row_key, row_slot, size, block_at, bound_key, bound_slot, counts, free, meta)
+        _rechunk(row_key, row_code, size, block_at, bound_key, bound_code, counts, free, meta)
         return
     for t in range(gap, p + 1, -1):  # shift blocks p+1 .. gap-1 one position right
         moved = block_at[t - 1]
         block_at[t] = moved
         bound_key[t] = bound_key[t - 1]
-        bound_slot[t] = bound_slot[t - 1]
+        bound_code[t] = bound_code[t - 1]
         _count_add(counts, positions, t - 1, -size[moved])
         _count_add(counts, positions, t, size[moved])
     meta[0] -= 1
@@ -281,70 +282,70 @@ def _split(
     half = ROOM // 2
     for q in range(half, ROOM):
         row_key[fresh, q - half] = row_key[b, q]
-        row_slot[fresh, q - half] = row_slot[b, q]
+        row_code[fresh, q - half] = row_code[b, q]
     size[b] = half
     size[fresh] = ROOM - half
     block_at[p + 1] = fresh
     bound_key[p + 1] = bound_key[p]
-    bound_slot[p + 1] = bound_slot[p]
+    bound_code[p + 1] = bound_code[p]
     bound_key[p] = row_key[b, half - 1]
-    bound_slot[p] = row_slot[b, half - 1]
+    bound_code[p] = row_code[b, half - 1]
     _count_add(counts, positions, p, -(ROOM - half))
     _count_add(counts, positions, p + 1, ROOM - half)
-    _sync_groups(bound_key, bound_slot, positions, p, gap)
+    _sync_groups(bound_key, bound_code, positions, p, gap)
 
 
 @numba.njit(cache=True)
 def _insert(
     row_key: np.ndarray,
-    row_slot: np.ndarray,
+    row_code: np.ndarray,
     size: np.ndarray,
     block_at: np.ndarray,
     bound_key: np.ndarray,
-    bound_slot: np.ndarray,
+    bound_code: np.ndarray,
     counts: np.ndarray,
     free: np.ndarray,
     meta: np.ndarray,
     key: float,
-    slot: int,
+    code: int,
 ) -> None:
     positions = block_at.shape[0]
-    p = _position_of(bound_key, bound_slot, positions, key, slot)
+    p = _position_of(bound_key, bound_code, positions, key, code)
     b = block_at[p]
     n = size[b]
-    i = _count_before(row_key[b], row_slot[b], n, key, slot)
+    i = _count_before(row_key[b], row_code[b], n, key, code)
     for q in range(n, i, -1):
         row_key[b, q] = row_key[b, q - 1]
-        row_slot[b, q] = row_slot[b, q - 1]
+        row_code[b, q] = row_code[b, q - 1]
     row_key[b, i] = key
-    row_slot[b, i] = slot
+    row_code[b, i] = code
     size[b] = n + 1
     _count_add(counts, positions, p, 1)
     if n + 1 == ROOM:
-        _split(row_key, row_slot, size, block_at, bound_key, bound_slot, counts, free, meta, p)
+        _split(row_key, row_code, size, block_at, bound_key, bound_code, counts, free, meta, p)
 
 
 @numba.njit(cache=True)
 def _remove(
     row_key: np.ndarray,
-    row_slot: np.ndarray,
+    row_code: np.ndarray,
     size: np.ndarray,
     block_at: np.ndarray,
     bound_key: np.ndarray,
-    bound_slot: np.ndarray,
+    bound_code: np.ndarray,
     counts: np.ndarray,
     free: np.ndarray,
     meta: np.ndarray,
     key: float,
-    slot: int,
+    code: int,
 ) -> None:
     positions = block_at.shape[0]
-    p = _position_of(bound_key, bound_slot, positions, key, slot)
+    p = _position_of(bound_key, bound_code, positions, key, code)
     b = block_at[p]
     n = size[b]
-    for q in range(_count_before(row_key[b], row_slot[b], n, key, slot), n - 1):
+    for q in range(_count_before(row_key[b], row_code[b], n, key, code), n - 1):
         row_key[b, q] = row_key[b, q + 1]
-        row_slot[b, q] = row_slot[b, q + 1]
+        row_code[b, q] = row_code[b, q + 1]
     size[b] = n - 1
     _count_add(counts, positions, p, -1)
     if n - 1 > 0:
@@ -362,97 +363,121 @@ def _remove(
     meta[0] += 1
     block_at[p] = _EMPTY
     if right == block_at.shape[0]:  # it was the last block: its left neighbour takes over
-        _unbound_last(block_at, bound_key, bound_slot)
+        _unbound_last(block_at, bound_key, bound_code)
         return
     left_key = bound_key[left] if left >= 0 else np.inf
-    left_slot = bound_slot[left] if left >= 0 else 0
+    left_code = bound_code[left] if left >= 0 else 0
     for t in range(p, right):
         bound_key[t] = left_key
-        bound_slot[t] = left_slot
-    _sync_groups(bound_key, bound_slot, positions, p, right - 1)
+        bound_code[t] = left_code
+    _sync_groups(bound_key, bound_code, positions, p, right - 1)
 
 
 @numba.njit(cache=True)
 def _write(
     keys: np.ndarray,
+    stamps: np.ndarray,
     row_key: np.ndarray,
-    row_slot: np.ndarray,
+    row_code: np.ndarray,
     size: np.ndarray,
     block_at: np.ndarray,
     bound_key: np.ndarray,
-    bound_slot: np.ndarray,
+    bound_code: np.ndarray,
     counts: np.ndarray,
     free: np.ndarray,
     meta: np.ndarray,
     slots: np.ndarray,
     values: np.ndarray,
+    new_stamps: np.ndarray,
 ) -> None:
+    capacity = keys.shape[0]
     for j in range(slots.shape[0]):
         slot = slots[j]
         old = keys[slot]
         if not np.isnan(old):
-            _remove(row_key, row_slot, size, block_at, bound_key, bound_slot, counts, free, meta, old, slot)
+            code = stamps[slot] * capacity + slot
+            _remove(row_key, row_code, size, block_at, bound_key, bound_code, counts, free, meta, old, code)
             meta[1] -= 1
         keys[slot] = values[j]
-        if not np.isnan(values[j]):
+        if np.isnan(values[j]):
+            stamps[slot] = -1
+        else:
+            stamps[slot] = new_stamps[j]
+            code = new_stamps[j] * capacity + slot
             _insert(
-                row_key, row_slot, size, block_at, bound_key, bound_slot, counts, free, meta, values[j], slot
+                row_key, row_code, size, block_at, bound_key, bound_code, counts, free, meta, values[j], code
             )
             meta[1] += 1
 
 
 @numba.njit(cache=True)
 def _select(
-    row_slot: np.ndarray, block_at: np.ndarray, counts: np.ndarray, ranks: np.ndarray, out: np.ndarray
-) -> None:
+    row_code: np.ndarray, block_at: np.ndarray, counts: np.ndarray, capacity: int, ranks: np.ndarray,
+    out: np.ndarray,
+) -> None:  # fmt: skip
     for j in range(ranks.shape[0]):
         p, offset = _count_find(counts, block_at.shape[0], ranks[j])
-        out[j] = row_slot[block_at[p], offset]
+        out[j] = row_code[block_at[p], offset] % capacity
 
 
 @numba.njit(cache=True)
 def _rank(
     keys: np.ndarray,
+    stamps: np.ndarray,
     row_key: np.ndarray,
-    row_slot: np.ndarray,
+    row_code: np.ndarray,
     size: np.ndarray,
     block_at: np.ndarray,
     bound_key: np.ndarray,
-    bound_slot: np.ndarray,
+    bound_code: np.ndarray,
     counts: np.ndarray,
     slots: np.ndarray,
     out: np.ndarray,
 ) -> None:
+    capacity = keys.shape[0]
     for j in range(slots.shape[0]):
         slot = slots[j]
-        p = _position_of(bound_key, bound_slot, block_at.shape[0], keys[slot], slot)
+        code = stamps[slot] * capacity + slot
+        p = _position_of(bound_key, bound_code, block_at.shape[0], keys[slot], code)
         b = block_at[p]
         out[j] = _count_prefix(counts, block_at.shape[0], p) + _count_before(
-            row_key[b], row_slot[b], size[b], keys[slot], slot
+            row_key[b], row_code[b], size[b], keys[slot], code
         )
 
 
+def stamp_limit(capacity: int) -> int:
+    """Stamps stay below this, so that every tie code ``stamp · capacity + slot`` fits in int64."""
+    return _INT64_MAX // max(int(capacity), 1) - 1
+
+
 class SortedOrder:
-    """Non-empty slots of ``keys`` sorted by key descending (ties: lower slot first).
+    """Non-empty slots of ``keys`` sorted by key descending; equal keys by *stamp* descending.
+
+    ``stamps`` (int64, one per slot, ``-1`` for an empty slot) says when each slot was last
+    written; the owner hands out increasing stamps, so among equal keys the newest write ranks
+    first.  Rows hold the tie code ``stamp · capacity + slot``, which orders equal keys by stamp
+    (then slot) and gives the slot back as ``code % capacity``.
 
     >>> keys = np.array([0.5, 2.0, np.nan, 2.0])
-    >>> order = SortedOrder(keys)
+    >>> order = SortedOrder(keys, np.array([0, 1, -1, 2]))
     >>> order.select(np.arange(3)).tolist(), order.rank(np.array([0, 1, 3])).tolist()
-    ([1, 3, 0], [2, 0, 1])
+    ([3, 1, 0], [2, 1, 0])
     """
 
-    def __init__(self, keys: npt.NDArray[np.float64]) -> None:
+    def __init__(self, keys: npt.NDArray[np.float64], stamps: npt.NDArray[np.int64]) -> None:
         self.keys = keys
+        self.stamps = stamps
+        self.capacity = int(keys.shape[0])
         pool = max(4, int(keys.shape[0] * POOL_PER_SLOT) + 2)
         self.row_key = np.zeros((pool, ROOM), dtype=np.float64)
-        self.row_slot = np.zeros((pool, ROOM), dtype=np.int32)
+        self.row_code = np.zeros((pool, ROOM), dtype=np.int64)
         self.size = np.zeros(pool, dtype=np.int32)
         self.free = np.zeros(pool, dtype=np.int32)
         positions = -(-2 * pool // GROUP) * GROUP
         groups = positions // GROUP
         self.block_at = np.full(positions, _EMPTY, dtype=np.int32)  # block at each position
         self.bound_key = np.zeros(positions + groups, dtype=np.float64)  # then each group's bound
-        self.bound_slot = np.zeros(positions + groups, dtype=np.int32)
+        self.bound_code = np.zeros(positions + groups, dtype=np.int64)
         self.counts = np.zeros(positions + groups + 1, dtype=np.int64)  # then a Fenwick over groups
         self.meta = np.zeros(2, dtype=np.int64)  # free blocks, pairs held
         self.rebuild()
@@ -463,32 +488,36 @@ class SortedOrder:
 
     def _state(self) -> tuple[npt.NDArray[Any], ...]:
         return (
-            self.row_key, self.row_slot, self.size, self.block_at, self.bound_key, self.bound_slot,
+            self.row_key, self.row_code, self.size, self.block_at, self.bound_key, self.bound_code,
             self.counts, self.free, self.meta,
         )  # fmt: skip
 
     def rebuild(self) -> None:
-        """Sort every non-empty slot from scratch."""
+        """Sort every non-empty slot from scratch (after ``keys`` and ``stamps`` were assigned)."""
         valid = np.flatnonzero(~np.isnan(self.keys))
-        ordered = valid[np.lexsort((valid, -self.keys[valid]))]
-        _layout(self.keys[ordered], ordered.astype(np.int32), *self._state())
-        self.meta[1] = ordered.shape[0]
+        codes = self.stamps[valid] * self.capacity + valid
+        order = np.lexsort((-codes, -self.keys[valid]))
+        _layout(self.keys[valid[order]], codes[order], *self._state())
+        self.meta[1] = valid.shape[0]
 
-    def write(self, slots: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> None:
-        """``keys[slots] = values`` in order (NaN removes a slot), keeping the order exact."""
-        _write(self.keys, *self._state(), slots, values)  # type: ignore[call-arg]
+    def write(
+        self, slots: npt.NDArray[np.int64], values: npt.NDArray[np.float64], stamps: npt.NDArray[np.int64]
+    ) -> None:
+        """``keys[slots] = values`` and ``stamps[slots] = stamps`` in order (NaN removes a slot,
+        its stamp becoming -1), keeping the order exact."""
+        _write(self.keys, self.stamps, *self._state(), slots, values, stamps)  # type: ignore[call-arg]
 
     def select(self, ranks: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Slots at the given 0-based ranks (each in ``[0, count)``)."""
         out = np.empty(ranks.shape[0], dtype=np.int64)
-        _select(self.row_slot, self.block_at, self.counts, ranks, out)
+        _select(self.row_code, self.block_at, self.counts, self.capacity, ranks, out)
         return out
 
     def rank(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """0-based ranks of the given non-empty slots."""
         out = np.empty(slots.shape[0], dtype=np.int64)
         _rank(
-            self.keys, self.row_key, self.row_slot, self.size, self.block_at, self.bound_key,
-            self.bound_slot, self.counts, slots, out,
+            self.keys, self.stamps, self.row_key, self.row_code, self.size, self.block_at,
+            self.bound_key, self.bound_code, self.counts, slots, out,
         )  # fmt: skip
         return out

@@ -5,8 +5,9 @@ Two pieces:
 * **The order.**  The paper keeps an array-based binary heap as an approximately sorted array,
   re-sorted every 10^6 steps.  Measured here, a heap's misplacements move the sampling
   distribution by more than 0.02 in total variation within ``0.002·N`` writes, so ranks come
-  from :class:`~prisample.order.SortedOrder` instead: exact, ``O(log N)`` per write.  A new slot
-  enters at the maximum priority, hence on top.
+  from :class:`~prisample.order.SortedOrder` instead: exact, ``O(log N)`` per write.  Equal
+  priorities are ranked by the recency of their write, newest first, so a new slot, which enters
+  at the maximum priority, goes on top even when it ties (Algorithm 1, line 6).
 * **A piecewise-linear CDF.**  The power law over ``N`` ranks is cut into up to ``resolution``
   segments of (approximately) equal probability; each segment's exact mass
   ``Σ_{r∈seg} r^-α / Σ_{r≤N} r^-α`` is kept and positions inside a segment are drawn uniformly.
@@ -27,7 +28,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from prisample.order import SortedOrder
+from prisample.order import SortedOrder, stamp_limit
 
 _EXACT_TERMS = 256
 
@@ -171,17 +172,34 @@ class RankBackend:
     """Rank-based distribution ``P(i) = rank(i)^-α / Σ_{r=1}^{N} r^-α`` (Sec. 3.3, variant 2).
 
     Ranks are exact at every draw (a :class:`~prisample.order.SortedOrder` over the sampler's
-    raw priorities; ties go to the lower slot).  The power law is cut into ``min(N,
-    resolution)`` segments of near-equal probability, uniform inside each, recomputed whenever
-    ``N`` or ``α`` changed since the last draw.
+    raw priorities).  Equal priorities rank by the recency of their write, newest first: every
+    written slot gets the next *stamp* of a counter, so a slot added at the maximum priority
+    goes on top also when it ties (Algorithm 1, line 6), and the order stays a function of the
+    state (priorities and stamps).  The power law is cut into ``min(N, resolution)`` segments
+    of near-equal probability, uniform inside each, recomputed whenever ``N`` or ``α`` changed
+    since the last draw.
     """
 
-    def __init__(self, raw: npt.NDArray[np.float64], alpha: float, *, resolution: int = 1024) -> None:
+    def __init__(
+        self,
+        raw: npt.NDArray[np.float64],
+        alpha: float,
+        *,
+        resolution: int = 1024,
+        stamps: npt.NDArray[np.int64] | None = None,
+        next_stamp: int | None = None,
+    ) -> None:
+        """``stamps`` (``-1`` on empty slots) and ``next_stamp`` restore a saved order; by
+        default the filled slots of ``raw`` are stamped so that ties go to the lower slot."""
         self.capacity = int(raw.shape[0])
         self.alpha = float(alpha)
         self.resolution = int(resolution)
         self.raw = raw
-        self.order = SortedOrder(raw)
+        if stamps is None:
+            stamps = legacy_stamps(raw)
+        self.stamps = stamps
+        self.next_stamp = int(stamps.max(initial=-1)) + 1 if next_stamp is None else int(next_stamp)
+        self.order = SortedOrder(raw, stamps)
         self._partition_key: tuple[int, float] | None = None
         self._built: tuple[int, float] | None = None  # (anchor, α) of the cut below
         self._anchor_starts = np.zeros(1, dtype=np.int64)
@@ -191,16 +209,75 @@ class RankBackend:
         self._density = np.zeros(0, dtype=np.float64)
         self._min_density = 0.0
 
+    @classmethod
+    def from_state(
+        cls, raw: npt.NDArray[np.float64], alpha: float, state: Any, *, legacy: bool = False
+    ) -> RankBackend:
+        """A backend over ``raw`` (not modified) restored from :meth:`state_dict` output.
+
+        Raises ``ValueError``/``TypeError`` naming the key unless ``state`` is
+        ``{"stamps": int64[capacity], "next_stamp": int}`` with ``stamps = -1`` exactly on the
+        empty slots of ``raw`` and distinct ``0 <= stamps < next_stamp <= stamp_limit(capacity)``
+        elsewhere.
+        ``legacy``: states of version <= 2 kept no stamps (``{}``; ties went to the lower slot).
+        """
+        if not isinstance(state, dict):
+            raise TypeError(f"backend_state should be a dict, but got backend_state={state!r}")
+        if legacy and not state:
+            return cls(raw, alpha)
+        if set(state) != {"stamps", "next_stamp"}:
+            raise ValueError(
+                f"backend_state of a rank sampler should have the keys ['next_stamp', 'stamps'], "
+                f"but got keys {sorted(map(repr, state))}"
+            )
+        stamps, next_stamp = state["stamps"], state["next_stamp"]
+        capacity = raw.shape[0]
+        if not isinstance(stamps, np.ndarray) or stamps.dtype != np.int64 or stamps.shape != raw.shape:
+            raise TypeError(
+                f"backend_state['stamps'] should be an int64 array of shape {raw.shape}, but got "
+                f"{type(stamps).__name__} {getattr(stamps, 'dtype', '')} {getattr(stamps, 'shape', '')}"
+            )
+        if isinstance(next_stamp, bool) or not isinstance(next_stamp, (int, np.integer)):
+            raise TypeError(f"backend_state['next_stamp'] should be an integer, but got {next_stamp!r}")
+        empty = np.isnan(raw)
+        if not np.array_equal(stamps < 0, empty) or np.any(stamps[empty] != -1):
+            raise ValueError(
+                "backend_state['stamps'] should be -1 exactly on the empty slots and >= 0 on the filled ones"
+            )
+        filled_stamps = stamps[~empty]
+        if np.unique(filled_stamps).shape[0] != filled_stamps.shape[0]:
+            raise ValueError("backend_state['stamps'] should be distinct on the filled slots (one per write)")
+        top = int(stamps.max(initial=-1))
+        if not top < int(next_stamp) <= stamp_limit(capacity):
+            raise ValueError(
+                f"backend_state['next_stamp'] should exceed every stamp ({top}) and be at most "
+                f"{stamp_limit(capacity)}, but got next_stamp={next_stamp!r}"
+            )
+        return cls(raw, alpha, stamps=stamps.copy(), next_stamp=int(next_stamp))
+
     @property
     def count(self) -> int:
         return self.order.count
 
     def write(self, slots: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> None:
-        if slots.shape[0] > max(4096, self.order.count // 4):  # bulk: sorting anew is cheaper
-            _assign(self.raw, slots, values)
+        k = slots.shape[0]
+        if self.next_stamp + k > stamp_limit(self.capacity):
+            self._renumber()
+        stamps = np.arange(self.next_stamp, self.next_stamp + k, dtype=np.int64)
+        self.next_stamp += k
+        if k > max(4096, self.order.count // 4):  # bulk: sorting anew is cheaper
+            _assign(self.raw, self.stamps, slots, values, stamps)
             self.order.rebuild()
         else:
-            self.order.write(slots, values)
+            self.order.write(slots, values, stamps)
+
+    def _renumber(self) -> None:
+        """Stamps ``0 .. N-1`` in the same relative order: the counter nears the int64 limit
+        (after about ``2^63 / capacity`` writes), and only the order of stamps matters."""
+        filled = np.flatnonzero(self.stamps >= 0)
+        self.stamps[filled[np.argsort(self.stamps[filled], kind="stable")]] = np.arange(filled.shape[0])
+        self.next_stamp = int(filled.shape[0])
+        self.order.rebuild()
 
     def set_alpha(self, alpha: float) -> None:
         self.alpha = float(alpha)
@@ -267,13 +344,21 @@ class RankBackend:
         return self._min_density
 
     def state_dict(self) -> dict[str, Any]:
-        return {}  # the exact order is a function of the raw priorities
+        """The write stamps that order equal priorities (the rest follows from the priorities)."""
+        return {"stamps": self.stamps.copy(), "next_stamp": self.next_stamp}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass  # built from the raw priorities already
+
+def legacy_stamps(raw: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    """Stamps under which equal priorities rank by slot, lowest first (the order before stamps
+    existed): ``capacity - 1 - slot`` on filled slots, ``-1`` on empty ones."""
+    capacity = raw.shape[0]
+    return np.where(np.isnan(raw), -1, capacity - 1 - np.arange(capacity, dtype=np.int64)).astype(np.int64)
 
 
 @numba.njit(cache=True)
-def _assign(raw: np.ndarray, slots: np.ndarray, values: np.ndarray) -> None:
+def _assign(
+    raw: np.ndarray, stamps: np.ndarray, slots: np.ndarray, values: np.ndarray, new: np.ndarray
+) -> None:
     for j in range(slots.shape[0]):
         raw[slots[j]] = values[j]
+        stamps[slots[j]] = -1 if math.isnan(values[j]) else new[j]

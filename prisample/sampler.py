@@ -9,6 +9,8 @@ the maximum priority of the memory, stratified batches, and importance-sampling 
 
 from __future__ import annotations
 
+import numbers
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,16 +20,26 @@ import numpy.typing as npt
 import torch
 from torch.utils.data import Sampler
 
-from prisample._validation import as_indices, as_priorities, check_positive_int, check_real, check_slots
+from prisample._validation import (
+    as_indices,
+    as_priorities,
+    check_integer,
+    check_positive_int,
+    check_real,
+    check_seed,
+    check_slots,
+    short_repr,
+)
 from prisample.backends import (
     BACKENDS,
     Backend,
     ProportionalBackend,
+    backend_from_state,
     make_backend,
     rank_memory_max,
 )
 from prisample.rank import RankBackend
-from prisample.trees import ArgMaxTree
+from prisample.trees import ArgMaxTree, mass_limit
 from prisample.weights import (
     WEIGHT_NORMS,
     LinearSchedule,
@@ -38,9 +50,16 @@ from prisample.weights import (
     weights_unchecked,
 )
 
-# 2 added "corrections"; states of version 1 (no corrections) still load.
-STATE_VERSION = 2
-_LOADABLE_VERSIONS = (1, 2)
+# 2 added "corrections"; 3 the rank backend's write stamps (equal priorities ranked newest first).
+# Older states still load: version 1 without corrections, a rank state of version <= 2 with
+# ties ranked by slot as they were then.
+STATE_VERSION = 3
+_LOADABLE_VERSIONS = (1, 2, 3)
+_STATE_KEYS = (
+    "version", "capacity", "backend", "alpha", "eps", "beta", "weight_norm", "batch_size",
+    "num_samples", "step", "epoch", "priorities", "backend_state", "rng",
+)  # fmt: skip
+_PCG64_STATE_KEYS = {"bit_generator", "state", "has_uint32", "uinteger"}
 
 
 @dataclass(frozen=True)
@@ -131,10 +150,7 @@ class PrioritizedSampler(Sampler[int]):
         self.capacity = check_positive_int(capacity, "capacity")
         self._alpha = check_real(alpha, "alpha", minimum=0.0)
         self._eps = check_real(eps, "eps", minimum=0.0)
-        with np.errstate(over="ignore", under="ignore"):
-            smallest_mass = np.float64(self._eps) ** self._alpha
-        if self._eps > 0.0 and not 0.0 < smallest_mass < np.inf:
-            raise ValueError(f"eps**alpha should be a positive float, but got eps={eps!r}, alpha={alpha!r}")
+        _check_masses_fit(self._alpha, self._eps, self.capacity, _NO_PRIORITIES, "alpha", alpha)
         self.beta = beta
         if backend not in BACKENDS:
             raise ValueError(f"backend should be one of {BACKENDS}, but got backend={backend!r}")
@@ -146,9 +162,10 @@ class PrioritizedSampler(Sampler[int]):
         if initial > self.capacity:
             raise ValueError(f"size should be at most capacity={self.capacity}, but got size={size!r}")
         self.batch_size = check_positive_int(batch_size, "batch_size")
-        self.num_samples = None if num_samples is None else check_positive_int(num_samples, "num_samples")
+        self.num_samples = None if num_samples is None else _check_num_samples(num_samples)
         if seed is None:  # like torch's RandomSampler: reproducible under torch.manual_seed
             seed = int(torch.empty((), dtype=torch.int64).random_().item())
+        seed = check_seed(seed)
         self.backend_name = backend
         self.weight_norm = weight_norm
         self._rng = np.random.default_rng(seed)
@@ -176,15 +193,8 @@ class PrioritizedSampler(Sampler[int]):
     @alpha.setter
     def alpha(self, value: float) -> None:
         alpha = check_real(value, "alpha", minimum=0.0)
-        largest = max(self._backend.max_priority(), 1.0) if self.size else 1.0
-        smallest = self._eps
-        if smallest == 0.0:  # zero priorities keep mass 0; the smallest positive one must not vanish
-            positive = self._raw[self._raw > 0.0]
-            smallest = float(positive.min()) if positive.shape[0] else 1.0
-        with np.errstate(over="ignore", under="ignore"):
-            low, high = np.float64(smallest) ** alpha, np.float64(largest + self._eps) ** alpha
-        if not (low > 0.0 and high < np.inf):
-            raise ValueError(f"alpha should keep (p + eps)^alpha a positive float, but got alpha={value!r}")
+        weighed = self._raw if self.backend_name == "proportional" else _NO_PRIORITIES
+        _check_masses_fit(alpha, self._eps, self.capacity, weighed, "alpha", value)
         self._alpha = alpha
         self._backend.set_alpha(alpha)
         self._writes += 1
@@ -295,13 +305,9 @@ class PrioritizedSampler(Sampler[int]):
         self._writes += 1
 
     def _start_corrections(self, corrections: npt.NDArray[np.float64]) -> None:
-        self._corrections = corrections
-        self._corrections_max = ArgMaxTree(corrections)
-        with np.errstate(divide="ignore"):
-            self._log_corrections = np.log(corrections)
-            self._log_shifted = (
-                np.log(self._raw + self._eps) if self.backend_name == "proportional" else None
-            )
+        (self._corrections, self._corrections_max, self._log_corrections, self._log_shifted) = (
+            _correction_structures(corrections, self._raw, self._eps, self.backend_name)
+        )
 
     def _priorities_written(self, idx: npt.NDArray[np.int64]) -> None:
         self._writes += 1
@@ -349,12 +355,16 @@ class PrioritizedSampler(Sampler[int]):
         correction factors (0 for a slot of probability 0)."""
         idx = as_indices(indices)
         check_slots(self._raw, idx)
+        if idx.shape[0] == 0:
+            return np.empty(0, dtype=np.float32)
         return self._weights(idx, self._backend.probabilities(idx))
 
     def probabilities(self, indices: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """Per-draw probabilities ``P(i)`` of filled slots."""
         idx = as_indices(indices)
         check_slots(self._raw, idx)
+        if idx.shape[0] == 0:
+            return np.empty(0, dtype=np.float64)
         return self._backend.probabilities(idx)
 
     def _weights(
@@ -448,7 +458,7 @@ class PrioritizedSampler(Sampler[int]):
 
     def set_epoch(self, epoch: int) -> None:
         """Record the epoch (the ``DistributedSampler`` protocol); draws depend on the RNG only."""
-        self.epoch = int(epoch)
+        self.epoch = check_integer(epoch, "epoch")
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -474,56 +484,187 @@ class PrioritizedSampler(Sampler[int]):
             "rng": self._rng.bit_generator.state,
         }
 
+    def check_state_dict(self, state: dict[str, Any]) -> None:
+        """Raise ``ValueError``/``TypeError`` (naming the key) unless :meth:`load_state_dict`
+        would accept ``state``; changes nothing.  For owners that load several pieces at once
+        (e.g. a replay memory and its sampler) and must check all of them before any is loaded."""
+        _restore(state, self.capacity, self.backend_name)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; the sampler then draws exactly as the saved one."""
-        version = state.get("version")
-        if version not in _LOADABLE_VERSIONS or isinstance(version, bool):
-            raise ValueError(
-                f"state_dict version should be one of {_LOADABLE_VERSIONS}, but got version={version!r}"
-            )
-        for key in ("capacity", "backend"):
-            mine = self.capacity if key == "capacity" else self.backend_name
-            if state.get(key) != mine:
-                raise ValueError(f"state_dict {key} should be {mine!r}, but got {key}={state[key]!r}")
-        try:  # build everything first, so that a malformed state changes nothing
-            beta = state["beta"]
-            beta = LinearSchedule(**beta) if isinstance(beta, dict) else check_beta(beta)
-            raw = np.asarray(state["priorities"], dtype=np.float64)
-            if raw.shape != self._raw.shape:
-                raise ValueError(
-                    f"state_dict priorities should have shape {self._raw.shape}, got {raw.shape}"
-                )
-            rng = np.random.default_rng()
-            rng.bit_generator.state = state["rng"]
-            alpha, eps = float(state["alpha"]), float(state["eps"])
-            scalars = (state["weight_norm"], int(state["batch_size"]), state["num_samples"])
-            step, epoch = int(state["step"]), int(state["epoch"])
-            backend_state = state["backend_state"]
-            corrections = state["corrections"] if version >= 2 else None
-        except KeyError as missing:
-            raise ValueError(f"state_dict is missing the key {missing}") from None
-        if corrections is not None:
-            corrections = np.array(corrections, dtype=np.float64)
-            empty = np.isnan(raw)
-            if (
-                corrections.shape != raw.shape
-                or not np.array_equal(np.isnan(corrections), empty)
-                or not np.all((corrections[~empty] >= 0.0) & (corrections[~empty] < np.inf))
-            ):
-                raise ValueError(
-                    "state_dict corrections should be finite and >= 0 on filled slots and NaN on "
-                    f"empty ones, with shape {raw.shape}"
-                )
-        self._raw[:] = raw
-        self.beta = beta
-        self._alpha, self._eps = alpha, eps
-        self.weight_norm, self.batch_size, self.num_samples = scalars
-        self._step, self.epoch = step, epoch
-        self._backend = make_backend(self.backend_name, self._raw, self._alpha, self._eps)
-        self._backend.load_state_dict(backend_state)
-        self._rng = rng
-        self._corrections = self._corrections_max = None
-        self._log_corrections = self._log_shifted = None
-        if corrections is not None:
-            self._start_corrections(corrections)
+        """Restore :meth:`state_dict` output; the sampler then draws exactly as the saved one.
+
+        The whole state is validated first and the restored pieces are built aside (types,
+        shapes, ranges, the version, consistency of corrections and of the backend's state with
+        the priorities, the RNG state); a state the constructor or the setters would refuse
+        raises ``ValueError``/``TypeError`` naming the key, and leaves the sampler as it was.
+        """
+        restored = _restore(state, self.capacity, self.backend_name)
+        (
+            self._raw, self._alpha, self._eps, self._beta, self.weight_norm, self.batch_size,
+            self.num_samples, self._step, self.epoch, self._backend, self._rng,
+            self._corrections, self._corrections_max, self._log_corrections, self._log_shifted,
+        ) = restored  # fmt: skip
+        self._memory_max_cache = None
         self._writes += 1
+
+
+def _check_num_samples(value: Any) -> int:
+    """``num_samples`` is what ``len()`` returns, so it must fit in an index-sized integer."""
+    return check_positive_int(value, "num_samples", maximum=sys.maxsize)
+
+
+_NO_PRIORITIES = np.empty(0, dtype=np.float64)
+
+
+def _check_masses_fit(
+    alpha: float, eps: float, capacity: int, raw: npt.NDArray[np.float64], name: str, value: Any
+) -> None:
+    """Raise unless ``α`` keeps every mass ``(p + ε)^α`` of ``raw`` (NaN: empty), and that of a
+    slot added at priority 1 into an empty memory, a positive float at most
+    :func:`~prisample.trees.mass_limit` (``capacity`` of them sum finitely), and ``ε^α`` positive
+    when ``ε > 0``: the one rule of the constructor, the ``alpha`` setter and
+    :meth:`PrioritizedSampler.load_state_dict`.  Only proportional draws use masses, so other
+    backends pass no priorities (any finite priority is theirs to hold)."""
+    with np.errstate(over="ignore", under="ignore"):
+        smallest_mass = np.float64(eps) ** alpha
+    if eps > 0.0 and not 0.0 < smallest_mass < np.inf:
+        raise ValueError(f"eps**alpha should be a positive float, but got eps={eps!r}, alpha={alpha!r}")
+    filled = raw[~np.isnan(raw)]
+    largest = max(float(filled.max()), 1.0) if filled.shape[0] else 1.0
+    smallest = eps
+    if smallest == 0.0:  # zero priorities keep mass 0; the smallest positive one must not vanish
+        positive = filled[filled > 0.0]
+        smallest = float(positive.min()) if positive.shape[0] else 1.0
+    with np.errstate(over="ignore", under="ignore"):
+        low, high = np.float64(smallest) ** alpha, np.float64(largest + eps) ** alpha
+    if not (low > 0.0 and high <= mass_limit(capacity)):
+        raise ValueError(
+            f"{name} should keep (p + eps)^alpha a positive float <= {mass_limit(capacity):.3g} "
+            f"for priorities in [{smallest!r}, {largest!r}], but got {name}={value!r}"
+        )
+
+
+def _correction_structures(
+    corrections: npt.NDArray[np.float64], raw: npt.NDArray[np.float64], eps: float, backend: str
+) -> tuple[npt.NDArray[np.float64], ArgMaxTree, npt.NDArray[np.float64], npt.NDArray[np.float64] | None]:
+    """The corrections, their arg-max index, ``log c_i`` and (proportional) ``log(p_i + ε)``."""
+    with np.errstate(divide="ignore"):
+        log_shifted = np.log(raw + eps) if backend == "proportional" else None
+        return corrections, ArgMaxTree(corrections), np.log(corrections), log_shifted
+
+
+def _float_array(value: Any, key: str, shape: tuple[int, ...]) -> npt.NDArray[np.float64]:
+    if not isinstance(value, np.ndarray) or value.dtype.kind != "f":
+        raise TypeError(
+            f"state_dict {key} should be a floating-point numpy array, but got {key}={short_repr(value)}"
+        )
+    if value.shape != shape:
+        raise ValueError(f"state_dict {key} should have shape {shape}, but got shape {value.shape}")
+    return value.astype(np.float64)  # a copy: the caller's state is never shared
+
+
+def _check_rng_state(value: Any) -> np.random.Generator:
+    """A fresh generator in the saved PCG64 state (the kind ``np.random.default_rng`` makes)."""
+    problem = f"state_dict rng should be a PCG64 bit-generator state, but got rng={short_repr(value)}"
+    if not isinstance(value, dict) or set(value) != _PCG64_STATE_KEYS:
+        raise ValueError(problem)
+    inner, has_uint32, uinteger = value["state"], value["has_uint32"], value["uinteger"]
+    words: list[Any] = []
+    if isinstance(inner, dict) and set(inner) == {"state", "inc"}:
+        words = [inner["state"], inner["inc"]]
+    if not (
+        isinstance(value["bit_generator"], str)
+        and value["bit_generator"] == "PCG64"
+        and len(words) == 2
+        and all(type(w) is int and 0 <= w < 2**128 for w in words)
+        and words[1] % 2 == 1  # PCG64's increment is odd
+        and type(has_uint32) is int
+        and has_uint32 in (0, 1)
+        and type(uinteger) is int
+        and 0 <= uinteger < 2**32
+    ):
+        raise ValueError(problem)
+    rng = np.random.Generator(np.random.PCG64())
+    rng.bit_generator.state = value
+    return rng
+
+
+def _check_beta_state(value: Any) -> float | LinearSchedule:
+    if isinstance(value, dict):
+        if set(value) != {"start", "end", "steps"}:
+            raise ValueError(
+                f"state_dict beta should be a float or a dict with keys start, end, steps, but got "
+                f"beta={short_repr(value)}"
+            )
+        schedule = LinearSchedule(**value)
+        check_beta(schedule.start, "beta.start")
+        check_beta(schedule.end, "beta.end")
+        return schedule
+    return check_beta(value)
+
+
+def _restore(state: Any, capacity: int, backend_name: str) -> tuple[Any, ...]:
+    """Validate a state for a sampler of ``capacity`` and ``backend_name`` and build, aside,
+    every attribute :meth:`PrioritizedSampler.load_state_dict` assigns (in its order)."""
+    if not isinstance(state, dict):
+        raise TypeError(f"state_dict should be a dict, but got state_dict={short_repr(state)}")
+    version = state.get("version")
+    integral = isinstance(version, numbers.Integral) and not isinstance(version, bool)
+    if not integral or version not in _LOADABLE_VERSIONS:
+        raise ValueError(
+            f"state_dict version should be one of {_LOADABLE_VERSIONS}, but got version={short_repr(version)}"
+        )
+    expected = set(_STATE_KEYS) | ({"corrections"} if version >= 2 else set())
+    missing, extra = sorted(expected - set(state)), sorted(map(str, set(state) - expected))
+    if missing:
+        raise ValueError(f"state_dict is missing the key {missing[0]!r} (version {version})")
+    if extra:
+        raise ValueError(f"state_dict has unexpected keys {extra} (version {version})")
+    if check_integer(state["capacity"], "capacity") != capacity:
+        raise ValueError(
+            f"state_dict capacity should be {capacity}, but got capacity={short_repr(state['capacity'])}"
+        )
+    if not isinstance(state["backend"], str) or state["backend"] != backend_name:
+        raise ValueError(
+            f"state_dict backend should be {backend_name!r}, but got backend={short_repr(state['backend'])}"
+        )
+    alpha = check_real(state["alpha"], "alpha", minimum=0.0)
+    eps = check_real(state["eps"], "eps", minimum=0.0)
+    beta = _check_beta_state(state["beta"])
+    norm = state["weight_norm"]
+    if not isinstance(norm, str) or norm not in WEIGHT_NORMS:
+        raise ValueError(
+            f"weight_norm should be one of {WEIGHT_NORMS}, but got weight_norm={short_repr(norm)}"
+        )
+    batch_size = check_positive_int(state["batch_size"], "batch_size")
+    num_samples = state["num_samples"]
+    if num_samples is not None:
+        num_samples = _check_num_samples(num_samples)
+    step = check_positive_int(state["step"], "step", minimum=0)
+    epoch = check_integer(state["epoch"], "epoch")
+    raw = _float_array(state["priorities"], "priorities", (capacity,))
+    filled = ~np.isnan(raw)
+    bad = np.flatnonzero(filled & ~((raw >= 0.0) & (raw < np.inf)))
+    if bad.shape[0]:
+        j = int(bad[0])
+        raise ValueError(
+            f"state_dict priorities should be NaN or finite and >= 0, but got priorities[{j}]={raw[j]!r}"
+        )
+    weighed = raw if backend_name == "proportional" else _NO_PRIORITIES
+    _check_masses_fit(alpha, eps, capacity, weighed, "alpha", alpha)
+    corrections = state["corrections"] if version >= 2 else None
+    structures: tuple[Any, ...] = (None, None, None, None)
+    if corrections is not None:
+        corrections = _float_array(corrections, "corrections", (capacity,))
+        on_filled = corrections[filled]
+        if not np.array_equal(np.isnan(corrections), ~filled) or not np.all(
+            (on_filled >= 0.0) & (on_filled < np.inf)
+        ):
+            raise ValueError(
+                "state_dict corrections should be finite and >= 0 on the slots whose priority is "
+                "set and NaN on the empty ones"
+            )
+        structures = _correction_structures(corrections, raw, eps, backend_name)
+    backend = backend_from_state(backend_name, raw, alpha, eps, state["backend_state"], legacy=version < 3)
+    rng = _check_rng_state(state["rng"])
+    return (raw, alpha, eps, beta, norm, batch_size, num_samples, step, epoch, backend, rng, *structures)

@@ -45,6 +45,12 @@ BRANCH = 8
 OK, BAD_MASS = 0, 4
 
 
+def mass_limit(capacity: int) -> float:
+    """Largest leaf mass allowed: ``capacity`` masses of this size sum (with float64 rounding) to
+    a finite total, so that no ``P(i) = m_i / Σ_k m_k`` collapses to 0 through an infinite sum."""
+    return float(np.finfo(np.float64).max) / (2.0 * max(int(capacity), 1))
+
+
 def padded_size(capacity: int) -> int:
     """Number of leaves of a binary tree: the smallest power of two ``>= max(capacity, 2)``."""
     return 1 << max(1, int(capacity - 1).bit_length())
@@ -112,23 +118,22 @@ def _tree_write(
     offsets: np.ndarray,
     eps: float,
     alpha: float,
+    limit: float,
     slots: np.ndarray,
     values: np.ndarray,
 ) -> tuple[int, int]:
     """``raw[slots] = values`` in order, then refresh ancestors.  Returns ``(code, Δcount)``.
 
     A value is a priority ``>= 0`` or NaN (empty the slot).  If any priority's mass is not a
-    finite positive float, nothing is written and ``BAD_MASS`` is returned; the one exception is
-    ``p + ε = 0`` (``ε = 0``), whose mass 0 is exact: such a slot is never drawn.
+    positive float ``<= limit``, nothing is written and ``BAD_MASS`` is returned; the one
+    exception is ``p + ε = 0`` (``ε = 0``), whose mass 0 is exact: such a slot is never drawn.
     """
     k = slots.shape[0]
     new_masses = np.empty(k, dtype=np.float64)
     for j in range(k):
         v = values[j]
         new_masses[j] = 0.0 if math.isnan(v) else (v + eps) ** alpha
-        if not math.isnan(v) and not (
-            (new_masses[j] > 0.0 or v + eps == 0.0) and new_masses[j] < math.inf
-        ):
+        if not math.isnan(v) and not ((new_masses[j] > 0.0 or v + eps == 0.0) and new_masses[j] <= limit):
             return BAD_MASS, 0
     depth = offsets.shape[0] - 1
     for j in range(k):  # every line the walks will touch is known now: ask for all of them
@@ -258,7 +263,8 @@ def _stratified_sample(
 class PriorityTree:
     """Sum / min / max tree over raw priorities ``p_i`` with leaf masses ``m_i = (p_i + ε)^α``.
 
-    ``total() = Σ_i m_i`` over non-empty slots; :meth:`find` maps targets ``t ∈ [0, total)`` to
+    Every mass is at most :func:`mass_limit` (``capacity`` of them sum finitely), so
+    ``total() = Σ_i m_i`` over non-empty slots is finite; :meth:`find` maps targets ``t ∈ [0, total)`` to
     the slot ``i`` with ``Σ_{j<i} m_j <= t < Σ_{j<=i} m_j`` (prefix-sum search, App. B.2.1);
     :meth:`min_raw` / :meth:`max_raw` reduce the raw priorities of non-empty slots.  A slot of
     zero mass is never returned.
@@ -274,6 +280,7 @@ class PriorityTree:
         self.capacity = int(raw.shape[0])
         self.alpha = float(alpha)
         self.eps = float(eps)
+        self.limit = mass_limit(self.capacity)
         depth = 1
         while BRANCH**depth < self.capacity:
             depth += 1
@@ -289,7 +296,7 @@ class PriorityTree:
         """``raw[slots] = values`` (NaN empties a slot; last write wins); ``(code, Δcount)``."""
         code, change = _tree_write(
             self.raw, self.masses, self.sums, self.mins, self.maxs, self.offsets,
-            self.eps, self.alpha, slots, values,
+            self.eps, self.alpha, self.limit, slots, values,
         )  # fmt: skip
         return int(code), int(change)
 

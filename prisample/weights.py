@@ -10,6 +10,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from prisample._validation import to_numpy
+
 WeightNorm = Literal["memory", "batch", "none"]
 WEIGHT_NORMS: tuple[str, ...] = ("memory", "batch", "none")
 
@@ -45,7 +47,10 @@ def importance_weights(
     >>> importance_weights([0.5, 0.25], n=4, beta=1.0, normalize="batch").tolist()
     [0.5, 1.0]
     """
-    p = np.asarray(probabilities, dtype=np.float64)
+    p = to_numpy(probabilities, "probabilities")
+    if p.dtype.kind not in "fiu":  # strings, bools, objects: refused, never parsed
+        raise TypeError(f"probabilities should hold real numbers, but got dtype {p.dtype}")
+    p = p.astype(np.float64, copy=False)
     if p.ndim != 1:
         raise ValueError(f"probabilities should be one-dimensional, but got shape {p.shape}")
     if not np.all((p > 0.0) & (p <= 1.0)):

@@ -3,11 +3,12 @@
 The model stores raw priorities in a dict and recomputes every distribution from scratch with
 the paper's formulas (Schaul et al. 2016): proportional ``P(i) = (p_i + ε)^α / Σ_k (p_k + ε)^α``
 (Eq. 1), rank-based ``P(i) = rank(i)^-α / Σ_{r<=N} r^-α`` (rank by priority descending, ties to the
-lower slot), greedy (the ``m`` slots tied at the maximum share probability 1), uniform ``1/N``;
-new slots enter at the maximum raw priority of the *current* memory (1 when empty); importance
-weights ``w_i = c_i (N · P(i))^-β`` — ``c_i`` the slot's correction factor, 1 unless set (e.g. an
-off-policy ratio ρ, Sec. 6) — normalised over the memory, the batch or not at all (Sec. 3.4); a slot
-of probability 0 (priority 0 with ``ε = 0``) is never drawn and weighs 0.  Nothing here shares code
+newest write, so that added slots go on top), greedy (the ``m`` slots tied at the maximum share
+probability 1; a batch takes ties lowest slot first), uniform ``1/N``; new slots enter at the
+maximum raw priority of the *current* memory (1 when empty); importance weights
+``w_i = c_i (N · P(i))^-β`` — ``c_i`` the slot's correction factor, 1 unless set (e.g. an
+off-policy ratio ρ, Sec. 6) — normalised over the memory, the batch or not at all (Sec. 3.4); a
+slot of probability 0 (priority 0 with ``ε = 0``) is never drawn and weighs 0.  Nothing here shares code
 with ``prisample``.
 """
 
@@ -88,6 +89,8 @@ class ReferenceSampler:
         self.weight_norm = weight_norm
         self.raw: dict[int, float] = {}
         self.corrections: dict[int, float] = {}
+        self.written: dict[int, int] = {}  # when each slot was last written (rank ties: newest first)
+        self.writes = 0
         self.step = 0
         self.add(range(capacity if size is None else size))
 
@@ -136,6 +139,11 @@ class ReferenceSampler:
         for slot, factor in zip(slots, factors, strict=True):
             self.raw[slot] = priority
             self.corrections[slot] = factor
+            self._stamp(slot)
+
+    def _stamp(self, slot: int) -> None:
+        self.written[slot] = self.writes
+        self.writes += 1
 
     def set_corrections(self, slots: Iterable[int], values: Iterable[float]) -> None:
         pairs = [(int(s), float(v)) for s, v in zip(slots, values, strict=True)]
@@ -147,11 +155,16 @@ class ReferenceSampler:
             self.corrections[slot] = value
 
     def mass_ok(self, value: float, alpha: float | None = None) -> bool:
-        """Whether ``(p + ε)^α`` is a float the sampler accepts: finite, and positive unless
-        ``p + ε = 0`` (a zero priority with ``ε = 0``, mass 0 on purpose)."""
+        """Whether ``(p + ε)^α`` is a float the sampler accepts: at most ``float64 max / (2 ·
+        capacity)`` (so that the total is finite), and positive unless ``p + ε = 0`` (a zero
+        priority with ``ε = 0``, mass 0 on purpose)."""
         alpha = self.alpha if alpha is None else alpha
-        mass = (value + self.eps) ** alpha
-        return math.isfinite(mass) and (mass > 0.0 or value + self.eps == 0.0)
+        try:
+            mass = (value + self.eps) ** alpha
+        except OverflowError:
+            return False
+        limit = np.finfo(np.float64).max / (2.0 * self.capacity)
+        return mass <= limit and (mass > 0.0 or value + self.eps == 0.0)
 
     def update_priorities(self, slots: Iterable[int], values: Iterable[float]) -> None:
         pairs = [(int(s), float(v)) for s, v in zip(slots, values, strict=True)]
@@ -163,16 +176,18 @@ class ReferenceSampler:
             raise ValueError("priorities should give a finite positive (p + eps)^alpha")
         for slot, value in pairs:
             self.raw[slot] = value
+            self._stamp(slot)
 
     def remove(self, slots: Iterable[int]) -> None:
         for slot in slots:
             self.raw.pop(int(slot), None)
             self.corrections.pop(int(slot), None)
+            self.written.pop(int(slot), None)
 
     # -- distribution -----------------------------------------------------------------------------
     def rank_order(self) -> list[int]:
-        """Valid slots by priority descending, ties to the lower slot (rank 1 first)."""
-        return sorted(self.raw, key=lambda slot: (-self.raw[slot], slot))
+        """Valid slots by priority descending, ties to the newest write (rank 1 first)."""
+        return sorted(self.raw, key=lambda slot: (-self.raw[slot], -self.written[slot]))
 
     def distribution(self) -> dict[int, float]:
         """``P(i)`` of every valid slot under the exact formula of the backend."""
@@ -233,7 +248,8 @@ class ReferenceSampler:
         return weight_formula(p, self.size, self.beta, self.weight_norm, p_min, c, top)
 
     def greedy_top(self, k: int) -> list[int]:
-        return self.rank_order()[:k]
+        """The ``k`` largest priorities, ties to the lower slot."""
+        return sorted(self.raw, key=lambda slot: (-self.raw[slot], slot))[:k]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -31,9 +31,10 @@ def fill(sampler: PrioritizedSampler, model: ReferenceSampler, priorities: np.nd
 
 
 def exact_rank_probabilities(priorities: np.ndarray, alpha: float) -> np.ndarray:
-    """Exact ``rank(i)^-α / Σ r^-α`` per slot, rank by priority descending, ties to the lower slot."""
+    """Exact ``rank(i)^-α / Σ r^-α`` per slot, rank by priority descending, ties to the newer
+    write: after one ``update_priorities(arange(n), priorities)``, the higher slot."""
     n = priorities.shape[0]
-    order = np.lexsort((np.arange(n), -priorities))
+    order = np.lexsort((-np.arange(n), -priorities))
     out = np.empty(n)
     out[order] = power_law(n, alpha)
     return out
@@ -152,12 +153,15 @@ def test_rank_probabilities_close_to_exact_for_large_n(n, alpha):
     assert s.weights(np.arange(n)).max() == pytest.approx(1.0)
 
 
-def test_rank_ties_go_to_the_lower_slot():
+def test_rank_ties_go_to_the_newer_write():
+    """Equal priorities rank by the recency of their write (in one call: later entries newer)."""
     s = PrioritizedSampler(5, alpha=1.0, backend="rank", seed=0)
     s.update_priorities([0, 1, 2, 3, 4], [2.0, 5.0, 2.0, 5.0, 2.0])
     exactly_sorted(s)
     law = power_law(5, 1.0)
-    np.testing.assert_allclose(s.probabilities([1, 3, 0, 2, 4]), law, rtol=1e-9)
+    np.testing.assert_allclose(s.probabilities([3, 1, 4, 2, 0]), law, rtol=1e-9)
+    s.update_priorities([0], [2.0])
+    np.testing.assert_allclose(s.probabilities([3, 1, 0, 4, 2]), law, rtol=1e-9)
 
 
 @pytest.mark.parametrize(("capacity", "k", "calls"), [(7, 1, 40_000), (7, 5, 8_000), (1000, 32, 4_000)])
@@ -213,13 +217,14 @@ def test_rank_alpha_zero_is_uniform():
 
 
 def test_rank_new_slot_enters_on_top():
-    """New items get the maximal priority, so in rank-based sampling rank 1 (ties: lower slot)."""
+    """New items get the maximal priority, so in rank-based sampling rank 1, also when they tie
+    (ties: the newer write first; Algorithm 1, line 6)."""
     s = PrioritizedSampler(8, alpha=0.7, backend="rank", size=0, seed=0)
     s.add([5])
     s.update_priorities([5], [0.5])
-    s.add([2, 7])  # enter at max priority 0.5: ranks 1 and 2 (slot 2 before 5, 5 before 7)
+    s.add([2, 7])  # enter at max priority 0.5, on top of slot 5: 7 (the last written), then 2
     exactly_sorted(s)
-    np.testing.assert_allclose(s.probabilities([2, 5, 7]), power_law(3, 0.7), rtol=1e-9)
+    np.testing.assert_allclose(s.probabilities([7, 2, 5]), power_law(3, 0.7), rtol=1e-9)
 
 
 # ------------------------------------------------------------------------------------------------

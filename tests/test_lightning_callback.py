@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from prisample import IndexedDataset, PrioritizedSampler
 from prisample.distributed import DistributedPrioritizedSampler
+from prisample.ledger import DrawLedger
 from prisample.lightning import PrioritizedSamplingCallback, batch_weights
 from prisample.sampler import Draw
 
@@ -25,7 +26,7 @@ warnings.filterwarnings("ignore", ".*does not have many workers.*")
 warnings.filterwarnings("ignore", ".*resuming from a checkpoint that ended before the epoch ended.*")
 
 
-class RecordingSampler(DistributedPrioritizedSampler):
+class RecordingSampler(DrawLedger):
     """Records every draw and every priority update."""
 
     def __init__(self, sampler: PrioritizedSampler) -> None:
@@ -45,18 +46,25 @@ class RecordingSampler(DistributedPrioritizedSampler):
 
 class TinyData(pl.LightningDataModule):
     def __init__(
-        self, beta: float = 0.0, loader_batch: int = BATCH, num_workers: int = 0, early: bool = True
-    ) -> None:
+        self, beta: float = 0.0, loader_batch: int = BATCH, num_workers: int = 0, early: bool = True,
+        plain: bool = False,
+    ) -> None:  # fmt: skip
         super().__init__()
+        self.plain = plain
         g = torch.Generator().manual_seed(0)
         self.data = TensorDataset(torch.randn(N, 5, generator=g), torch.randint(0, 3, (N,), generator=g))
         self.beta, self.loader_batch, self.num_workers = beta, loader_batch, num_workers
         self.early = early
-        self.sampler: RecordingSampler | None = None
+        self.sampler: RecordingSampler | PrioritizedSampler | None = None
 
     def make_sampler(self) -> None:
         base = PrioritizedSampler(N, alpha=1.0, beta=self.beta, batch_size=BATCH, seed=7)
-        self.sampler = RecordingSampler(base)
+        self.sampler = base if self.plain else RecordingSampler(base)
+
+    def priorities(self) -> np.ndarray:
+        sampler = self.sampler
+        assert sampler is not None
+        return (sampler if isinstance(sampler, PrioritizedSampler) else sampler.sampler).priorities
 
     def setup(self, stage: str) -> None:
         if self.early:  # the callback finds it before restoring a checkpoint
@@ -125,7 +133,7 @@ def test_callback_updates_exactly_the_drawn_indices_with_their_losses() -> None:
     last: dict[int, float] = {}
     for batch, loss in zip(model.batches, model.losses, strict=True):
         last.update(zip(batch.tolist(), loss.double().tolist(), strict=True))
-    priorities = sampler.sampler.priorities
+    priorities = data.priorities()
     for i in range(N):
         assert priorities[i] == last.get(i, 1.0)
 
@@ -135,7 +143,7 @@ def test_beta_is_annealed_per_step_and_logged(tmp_path: Path, every: int) -> Non
     pl.seed_everything(0, verbose=False)
     model, data = TinyModel(), TinyData(beta=0.0)
     logger = pl.loggers.CSVLogger(tmp_path, name="run")
-    callback = PrioritizedSamplingCallback(beta_start=0.4)
+    callback = PrioritizedSamplingCallback(beta_start=0.4, beta_end=1.0)
     fit(model, data, max_steps=20, callback=callback, logger=logger, log_every_n_steps=every)
     logger.save()
     lines = (Path(logger.log_dir) / "metrics.csv").read_text().splitlines()
@@ -155,49 +163,44 @@ def test_loader_batch_size_must_match_the_sampler() -> None:
         fit(TinyModel(), TinyData(loader_batch=BATCH + 1), max_steps=2)
 
 
-def test_bare_prioritized_sampler_is_rejected() -> None:
-    class Bare(TinyData):
-        def train_dataloader(self) -> DataLoader[Any]:
-            sampler = PrioritizedSampler(N, batch_size=BATCH, seed=0)
-            return DataLoader(IndexedDataset(self.data), batch_size=BATCH, sampler=sampler)
-
-    with pytest.raises(TypeError, match="DistributedPrioritizedSampler"):
-        fit(TinyModel(), Bare(), max_steps=2)
-
-
 # Mid-epoch, at an epoch's end, and mid-epoch with a worker whose prefetched batches were drawn
 # before the checkpoint but not trained on: the resumed run must replay them.
-@pytest.mark.parametrize(("stop", "workers", "early"), [(5, 0, False), (10, 0, True), (6, 1, True)])
+@pytest.mark.parametrize(
+    ("stop", "workers", "early", "plain"),
+    [
+        (5, 0, False, False),
+        (10, 0, True, False),
+        (6, 1, True, False),
+        (5, 0, True, True),
+        (7, 0, False, True),
+    ],
+)
 def test_resume_draws_what_the_uninterrupted_run_draws(
-    tmp_path: Path, stop: int, workers: int, early: bool
+    tmp_path: Path, stop: int, workers: int, early: bool, plain: bool
 ) -> None:
     total = 23
     pl.seed_everything(0, verbose=False)
     straight = TinyModel()
-    fit(straight, TinyData(beta=0.5, num_workers=workers), max_steps=total)
+    fit(straight, TinyData(beta=0.5, num_workers=workers, plain=plain), max_steps=total)
 
     pl.seed_everything(0, verbose=False)
-    first, first_data = TinyModel(), TinyData(beta=0.5, num_workers=workers)
+    first, first_data = TinyModel(), TinyData(beta=0.5, num_workers=workers, plain=plain)
     trainer = fit(first, first_data, max_steps=stop)
-    assert first_data.sampler is not None
-    assert (first_data.sampler.pending > 0) == (workers > 0)
     path = str(tmp_path / "run.ckpt")
     trainer.save_checkpoint(path)
     state = torch.load(path, weights_only=True)["callbacks"]["PrioritizedSamplingCallback"]
-    assert len(state["sampler"]["pending"]) == first_data.sampler.pending
+    assert (len(state["sampler"]["pending"]) > 0) == (workers > 0)
 
     pl.seed_everything(123, verbose=False)  # the checkpoint, not the global seed, decides
-    resumed, resumed_data = TinyModel(), TinyData(beta=0.5, num_workers=workers, early=early)
+    resumed = TinyModel()
+    resumed_data = TinyData(beta=0.5, num_workers=workers, early=early, plain=plain)
     fit(resumed, resumed_data, max_steps=total, ckpt_path=path)
     assert len(resumed.batches) == total - stop
     for a, b in zip(straight.batches[stop:], resumed.batches, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     for a, b in zip(straight.weights[stop:], resumed.weights, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
-    assert resumed_data.sampler is not None
-    np.testing.assert_array_equal(
-        resumed_data.sampler.sampler.priorities, TinyDataPriorities.of(straight, total)
-    )
+    np.testing.assert_array_equal(resumed_data.priorities(), TinyDataPriorities.of(straight, total))
 
 
 class TinyDataPriorities:
@@ -209,15 +212,6 @@ class TinyDataPriorities:
         for batch, loss in zip(model.batches[:steps], model.losses[:steps], strict=True):
             out[batch.numpy()] = loss.double().numpy()
         return out
-
-
-def test_resume_with_workers_needs_the_sampler_before_the_loader(tmp_path: Path) -> None:
-    pl.seed_everything(0, verbose=False)
-    trainer = fit(TinyModel(), TinyData(num_workers=1), max_steps=3)
-    path = str(tmp_path / "run.ckpt")
-    trainer.save_checkpoint(path)
-    with pytest.raises(RuntimeError, match="setup"):
-        fit(TinyModel(), TinyData(num_workers=1, early=False), max_steps=6, ckpt_path=path)
 
 
 def test_lightning_distributed_wrapper_is_refused() -> None:
@@ -232,4 +226,82 @@ def test_lightning_distributed_wrapper_is_refused() -> None:
     loader = DataLoader(IndexedDataset(list(range(N))), batch_size=BATCH, sampler=wrapped)
     with pytest.raises(ValueError, match="use_distributed_sampler=False"):
         _find_sampler(loader)
-    assert _find_sampler([DataLoader(IndexedDataset(list(range(N))), sampler=sampler)]) is sampler
+    plain = DataLoader(IndexedDataset(list(range(N))), sampler=sampler)
+    assert _find_sampler([plain]) == (sampler, plain)
+
+
+def test_plain_sampler_on_one_process_trains_like_a_ledger() -> None:
+    """Bug: following the README, a plain PrioritizedSampler with the callback raised "TypeError:
+    wrap the PrioritizedSampler in prisample.distributed.DistributedPrioritizedSampler"."""
+    runs = []
+    for plain in (True, False):
+        pl.seed_everything(0, verbose=False)
+        model, data = TinyModel(), TinyData(beta=0.6, plain=plain)
+        fit(model, data, max_steps=12, callback=PrioritizedSamplingCallback(beta_start=0.2, beta_end=0.8))
+        runs.append((model, data.priorities()))
+    (plain_model, plain_priorities), (ledger_model, ledger_priorities) = runs
+    plain_run, ledger_run = (
+        plain_model.batches + plain_model.weights,
+        ledger_model.batches + ledger_model.weights,
+    )
+    for a, b in zip(plain_run, ledger_run, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert not torch.all(torch.cat(plain_model.weights) == 1.0)  # draw-time weights, β > 0
+    np.testing.assert_array_equal(plain_priorities, ledger_priorities)
+    assert not np.all(plain_priorities == 1.0)
+
+
+def test_plain_sampler_with_workers_is_refused_naming_the_ledger() -> None:
+    with pytest.raises(ValueError, match="DrawLedger"):
+        fit(TinyModel(), TinyData(plain=True, num_workers=1), max_steps=2)
+
+
+def test_missing_indexed_dataset_names_the_fix() -> None:
+    """Bug: forgetting IndexedDataset gave "indices should be one-dimensional, but got shape (4, 5)"."""
+
+    class Unindexed(TinyData):
+        def train_dataloader(self) -> DataLoader[Any]:
+            return DataLoader(self.data, batch_size=BATCH, sampler=self.sampler)
+
+    with pytest.raises(TypeError, match=r"wrap the dataset in prisample\.IndexedDataset"):
+        fit(TinyModel(), Unindexed(), max_steps=2)
+
+
+def test_plain_loss_from_training_step_names_the_fix() -> None:
+    """Bug: returning a tensor from training_step said "... but got dict" (Lightning wraps it)."""
+
+    class PlainLoss(TinyModel):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            _, x, y = batch
+            return functional.cross_entropy(self.layer(x), y)
+
+    with pytest.raises(
+        ValueError, match=r'return \{"loss": \.\.\., "per_sample_loss": \.\.\.\}.*keys \[\'loss\'\]'
+    ):
+        fit(PlainLoss(), TinyData(), max_steps=2)
+
+
+def test_sampler_built_in_train_dataloader_with_workers_is_refused_at_the_first_fit() -> None:
+    """Bug: a sampler built in train_dataloader() with num_workers=2 trained and checkpointed, then
+    failed only at resume: the DataLoader's iterator is created (and its workers' first
+    prefetch_factor × num_workers batches drawn) before on_train_start, where the callback first
+    saw the sampler, so a checkpoint could not be restored into it before it drew."""
+    for plain in (False, True):
+        with pytest.raises(ValueError, match=r"setup\(\)"):
+            fit(TinyModel(), TinyData(num_workers=2, early=False, plain=plain), max_steps=2)
+
+
+def test_callback_beta_defaults_do_not_anneal_to_one() -> None:
+    """Bug: the callback's default beta_end=1.0 annealed β to 1, which undoes the rebalancing of
+    prioritized supervised learning (worse than uniform in the recipe supervised_beta)."""
+    pl.seed_everything(0, verbose=False)
+    data = TinyData(beta=0.0)
+    fit(TinyModel(), data, max_steps=12, callback=PrioritizedSamplingCallback())
+    assert data.sampler is not None and data.sampler.beta == 0.0  # the sampler's own β
+    pl.seed_everything(0, verbose=False)
+    data = TinyData(beta=0.0)
+    callback = PrioritizedSamplingCallback(beta_start=0.3)
+    fit(TinyModel(), data, max_steps=12, callback=callback)
+    assert data.sampler is not None and data.sampler.beta == 0.3  # held, not annealed
+    with pytest.raises(ValueError, match="beta_end"):
+        PrioritizedSamplingCallback(beta_start=0.0, beta_end=5.0)

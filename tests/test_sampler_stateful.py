@@ -134,7 +134,8 @@ class SamplerMachine(RuleBasedStateMachine):
 
     @rule(alpha=ALPHAS)
     def set_alpha(self, alpha):
-        if not all(self.model.mass_ok(p, alpha) for p in self.model.raw.values()):
+        weighed = list(self.model.raw.values()) if self.backend == "proportional" else []
+        if not all(self.model.mass_ok(p, alpha) for p in [*weighed, 1.0]):
             with pytest.raises(ValueError):  # the smallest positive priority would vanish (ε = 0)
                 self.sampler.alpha = alpha
             return

@@ -189,7 +189,7 @@ def test_corrections_round_trip_exactly(backend):
     s.update_priorities(np.arange(7), np.arange(7) % 3 + 0.5)
     s.sample(4)
     state = copy.deepcopy(s.state_dict())
-    assert state["version"] == 2
+    assert state["version"] == 3
     other = PrioritizedSampler(9, backend=backend, seed=99)
     other.load_state_dict(state)
     assert_same(other.state_dict(), s.state_dict())
