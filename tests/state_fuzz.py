@@ -129,15 +129,10 @@ def _array_edit(draw: st.DrawFn, array: np.ndarray) -> Any:
 
 @st.composite
 def corrupted_states(
-    draw: st.DrawFn,
-    state: dict[str, Any],
-    foreign: list[Any] | None = None,
-    *,
-    exclude: list[Path] | None = None,
+    draw: st.DrawFn, state: dict[str, Any], foreign: list[Any] | None = None
 ) -> tuple[str, Any]:
     """One corruption of ``state`` with a short description; ``foreign`` adds other valid states
-    (of another class or configuration) that must be refused as well.  Paths under a prefix in
-    ``exclude`` are never edited, dropped or replaced (a part another test corrupts)."""
+    (of another class or configuration) that must be refused as well."""
     kinds = ["replace", "replace", "array", "array", "drop", "extra", "not_state"]
     if foreign:
         kinds.append("foreign")
@@ -147,8 +142,7 @@ def corrupted_states(
     if kind == "foreign":
         assert foreign is not None
         return "foreign state", copy.deepcopy(draw(st.sampled_from(foreign)))
-    skipped = exclude or []
-    paths = [p for p in leaf_paths(state) if not any(p[: len(e)] == e for e in skipped)]
+    paths = leaf_paths(state)
     if kind == "extra" or not paths:
         return "extra key", {**state, "unexpected": draw(st.sampled_from(BAD_LEAVES))}
     if kind == "drop":
