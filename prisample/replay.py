@@ -34,7 +34,10 @@ from prisample._validation import as_indices, as_priorities, check_positive_int,
 from prisample.sampler import Draw, PrioritizedSampler
 from prisample.weights import LinearSchedule, WeightNorm
 
-STATE_VERSION = 1
+STATE_VERSION = 1  # ReplayMemory's state
+# PrioritizedReplay's state; 2 adds memory_head and memory_tail (the memory it was saved with).
+REPLAY_STATE_VERSION = 2
+_LOADABLE_REPLAY_VERSIONS = (1, 2)
 # Extra frame-pool rows per transition slot beyond one frame each: room for episode starts
 # (documented bound in ReplayMemory's docstring).
 _FRAME_SLACK_DIVISOR = 64
@@ -186,32 +189,61 @@ def _add_kernel(
 
 
 def _cast(array: npt.NDArray[Any], dtype: np.dtype[Any], name: str) -> npt.NDArray[Any]:
-    """``array`` as ``dtype``: same-kind casts, and integers that fit an integer dtype."""
-    if array.dtype == dtype:
-        return array
-    if array.dtype.kind in "biu" and dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        if array.size and (array.min() < info.min or array.max() > info.max):
-            raise ValueError(f"{name} should fit {dtype}, but got values in [{array.min()}, {array.max()}]")
-        return array.astype(dtype)
-    if np.can_cast(array.dtype, dtype, "same_kind"):
-        return array.astype(dtype)
-    raise TypeError(f"{name} should have dtype {dtype} (or cast to it safely), but got dtype {array.dtype}")
+    """``array`` as ``dtype``: same-kind casts, and integers that fit an integer dtype.
+
+    A float or complex result must be finite: a value that overflows the storage dtype (1e300 as
+    float32) or was not finite to begin with raises ``ValueError`` naming ``name``.
+    """
+    if array.dtype != dtype:
+        if array.dtype.kind in "biu" and dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            if array.size and (array.min() < info.min or array.max() > info.max):
+                raise ValueError(
+                    f"{name} should fit {dtype}, but got values in [{array.min()}, {array.max()}]"
+                )
+        elif not np.can_cast(array.dtype, dtype, "same_kind"):
+            raise TypeError(
+                f"{name} should have dtype {dtype} (or cast to it safely), but got dtype {array.dtype}"
+            )
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below, by name
+            cast = array.astype(dtype)
+        _check_finite(cast, name, array)
+        return cast
+    _check_finite(array, name, array)
+    return array
 
 
-def _real(value: Any, name: str) -> float:
-    if type(value) is float:  # the common case, without the slower ABC checks
-        if not math.isfinite(value):
-            raise ValueError(f"{name} should be finite, but got {name}={value!r}")
-        return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        array = to_numpy(value, name)
-        if array.size != 1 or array.dtype.kind not in "fiu":
-            raise TypeError(f"{name} should be a real number, but got {name}={value!r}")
-        value = array.reshape(())
-    number = float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"{name} should be finite, but got {name}={number!r}")
+def _check_finite(array: npt.NDArray[Any], name: str, given: npt.NDArray[Any]) -> None:
+    """Raise unless a float or complex ``array`` (``given`` cast to storage) is finite."""
+    if array.dtype.kind in "fc" and array.size:
+        finite = np.isfinite(array)
+        if not finite.all():
+            where = np.unravel_index(int(np.argmin(finite)), array.shape)
+            index = "".join(f"[{i}]" for i in where)
+            raise ValueError(
+                f"{name} should be finite (as {array.dtype}), but got {name}{index}={given[where].item()!r}"
+            )
+
+
+# |x| at or above this rounds to inf as float32 (float32's largest value plus half an ulp).
+_FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+
+
+def _real(value: Any, name: str, *, unit: bool = False) -> float:
+    """``value`` as a float that float32 holds finite (in ``[0, 1]`` when ``unit``)."""
+    if type(value) is float:  # the common case skips the slower ABC checks
+        number = value
+    else:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            array = to_numpy(value, name)
+            if array.size != 1 or array.dtype.kind not in "fiu":
+                raise TypeError(f"{name} should be a real number, but got {name}={value!r}")
+            value = array.reshape(())
+        number = float(value)
+    if not abs(number) < _FLOAT32_OVERFLOW:  # NaN too
+        raise ValueError(f"{name} should be finite (as float32), but got {name}={number!r}")
+    if unit and not 0.0 <= number <= 1.0 and not 0.0 <= np.float32(number) <= 1.0:
+        raise ValueError(f"{name} should lie in [0, 1], but got {name}={number!r}")
     return number
 
 
@@ -312,6 +344,7 @@ class ReplayMemory:
         # Frames are compared and copied as the widest machine words that divide their size.
         words = (np.dtype(np.uint64), np.dtype(np.uint32), np.dtype(np.uint16), np.dtype(np.uint8))
         self._word = next(w for w in words if frame_nbytes % w.itemsize == 0)
+        self._float_obs = self.obs_dtype.kind in "fc"  # checked finite on every add
         self._frame_words = self._frames.reshape(f, -1).view(self._word)
         self._refs = np.zeros(f, dtype=np.int32)
         self._free = np.arange(f - 1, -1, -1, dtype=np.int32)  # a stack: rows 0, 1, ... go first
@@ -384,6 +417,11 @@ class ReplayMemory:
         episode.  Without it, an ``obs`` that does not continue the stream's last transition is
         stored in full with a ``RuntimeWarning`` (usually a missing ``stream=`` for interleaved
         environments, which costs ``frame_stack`` frames per transition).
+
+        Raises ``ValueError``/``TypeError`` naming the argument, and stores nothing, for a wrong
+        shape, a dtype that does not cast safely, an integer outside its dtype's range, a float or
+        complex ``obs``/``next_obs``/``action`` that is not finite once cast to its dtype, a
+        ``reward`` that is not finite as float32, a ``discount`` outside ``[0, 1]``.
         """
         return self._add(obs, action, reward, discount, next_obs, episode_end, stream)[0]
 
@@ -401,12 +439,15 @@ class ReplayMemory:
         when it held a live transition)."""
         obs_w = self._stack_words(obs, "obs")
         next_w = self._stack_words(next_obs, "next_obs")
-        action_a = _cast(np.asarray(action) if type(action) is int else to_numpy(action, "action"),
-                         self.action_dtype, "action")
+        action_a = _cast(
+            np.asarray(action) if type(action) is int else to_numpy(action, "action"),
+            self.action_dtype,
+            "action",
+        )
         if action_a.shape != self.action_shape:
             raise ValueError(f"action should have shape {self.action_shape}, but got shape {action_a.shape}")
         reward_f = _real(reward, "reward")
-        discount_f = _real(discount, "discount")
+        discount_f = _real(discount, "discount", unit=True)
         if type(episode_end) is not bool and not isinstance(episode_end, np.bool_):
             raise TypeError(f"episode_end should be a bool, but got episode_end={episode_end!r}")
         if type(stream) is not int and (isinstance(stream, bool) or not isinstance(stream, numbers.Integral)):
@@ -464,8 +505,13 @@ class ReplayMemory:
         stream per environment) and ``episode_end`` to all ``False``.  Everything is checked
         before anything is stored.  Returns the slots.
         """
-        return np.array([slot for slot, _ in self._add_many(obs, action, reward, discount, next_obs,
-                                                            episode_end, streams)], dtype=np.int64)
+        return np.array(
+            [
+                slot
+                for slot, _ in self._add_many(obs, action, reward, discount, next_obs, episode_end, streams)
+            ],
+            dtype=np.int64,
+        )
 
     def _add_many(
         self,
@@ -483,6 +529,11 @@ class ReplayMemory:
         action_a = self._batch(action, "action", self.action_shape, self.action_dtype, n)
         rewards = self._batch(reward, "reward", (), np.dtype(np.float32), n, real=True)
         discounts = self._batch(discount, "discount", (), np.dtype(np.float32), n, real=True)
+        outside = ~((discounts >= 0.0) & (discounts <= 1.0))
+        if outside.any():
+            j = int(np.argmax(outside))
+            given = to_numpy(discount, "discount")[j].item()
+            raise ValueError(f"discount should lie in [0, 1], but got discount[{j}]={given!r}")
         if episode_end is None:
             ends = np.zeros(n, dtype=np.bool_)
         else:
@@ -520,13 +571,8 @@ class ReplayMemory:
         if wrong or (n is not None and array.shape[0] != n):
             want = ("n" if n is None else str(n), *map(str, shape))
             raise ValueError(f"{name} should have shape ({', '.join(want)}), but got shape {array.shape}")
-        if real:
-            if array.dtype.kind not in "fiu":
-                raise TypeError(f"{name} should hold real numbers, but got dtype {array.dtype}")
-            if not np.isfinite(array).all():
-                j = int(np.argmin(np.isfinite(array)))
-                raise ValueError(f"{name} should be finite, but got {name}[{j}]={array[j]!r}")
-            return array.astype(np.float64)
+        if real and array.dtype.kind not in "fiu":
+            raise TypeError(f"{name} should hold real numbers, but got dtype {array.dtype}")
         return np.ascontiguousarray(_cast(array, dtype, name))
 
     def _stack_words(self, value: npt.ArrayLike, name: str) -> npt.NDArray[Any]:
@@ -534,7 +580,7 @@ class ReplayMemory:
         array = value if isinstance(value, np.ndarray) else to_numpy(value, name)
         if array.shape != self._stack_shape:
             raise ValueError(f"{name} should have shape {self._stack_shape}, but got shape {array.shape}")
-        if array.dtype != self.obs_dtype:
+        if array.dtype != self.obs_dtype or self._float_obs:
             array = _cast(array, self.obs_dtype, name)
         if not array.flags.c_contiguous:
             array = np.ascontiguousarray(array)
@@ -587,45 +633,38 @@ class ReplayMemory:
             "generation": self._generation[idx],
         }
 
-    def _slots(self, slots: npt.ArrayLike) -> IntArray:
-        idx = as_indices(slots, "slots")
+    def _slots(self, slots: npt.ArrayLike, name: str = "slots") -> IntArray:
+        """``slots`` checked in range; errors name the argument as the caller's caller calls it."""
+        idx = as_indices(slots, name)
         bad = (idx < 0) | (idx >= self.capacity)
         if bad.any():
             j = int(np.argmax(bad))
-            raise ValueError(f"slots should lie in [0, {self.capacity}), but got slots[{j}]={idx[j]}")
+            raise ValueError(f"{name} should lie in [0, {self.capacity}), but got {name}[{j}]={idx[j]}")
         return idx
 
     # -- checkpointing --------------------------------------------------------------------------
+    # The state's arrays, each the attribute ``_<name>``: its dtype and shape are the spec a
+    # loaded array must match exactly.  New per-slot or per-frame arrays join this tuple.
+    _ARRAYS = (
+        "frames", "refs", "free", "obs_rows", "next_rows", "action", "reward", "discount",
+        "generation", "stream_obs", "stream_next", "stream_live", "stream_ended",
+    )  # fmt: skip
+    _COUNTERS = ("nfree", "tail", "head")
+
+    def _state_arrays(self) -> dict[str, npt.NDArray[Any]]:
+        return {name: getattr(self, f"_{name}") for name in self._ARRAYS}
+
+    def _counters(self) -> dict[str, int]:
+        return {"nfree": self._nfree, "tail": self._tail, "head": self._head}
+
     def state_dict(self, *, copy: bool = True) -> dict[str, Any]:
         """Everything needed to continue exactly (numpy arrays and plain values).
 
         ``copy=False`` returns the live arrays themselves (no second copy of a large frame pool);
         serialise them before the next :meth:`add`.
         """
-
-        def arr(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
-            return a.copy() if copy else a
-
-        return {
-            "version": STATE_VERSION,
-            "config": self._config(),
-            "frames": arr(self._frames),
-            "refs": arr(self._refs),
-            "free": arr(self._free),
-            "nfree": self._nfree,
-            "obs_rows": arr(self._obs_rows),
-            "next_rows": arr(self._next_rows),
-            "action": arr(self._action),
-            "reward": arr(self._reward),
-            "discount": arr(self._discount),
-            "generation": arr(self._generation),
-            "stream_obs": arr(self._stream_obs),
-            "stream_next": arr(self._stream_next),
-            "stream_live": arr(self._stream_live),
-            "stream_ended": arr(self._stream_ended),
-            "tail": self._tail,
-            "head": self._head,
-        }
+        arrays = {name: a.copy() if copy else a for name, a in self._state_arrays().items()}
+        return {"version": STATE_VERSION, "config": self._config(), **arrays, **self._counters()}
 
     def _config(self) -> dict[str, Any]:
         return {
@@ -639,53 +678,187 @@ class ReplayMemory:
             "frame_capacity": self.frame_capacity,
         }
 
-    _ARRAYS = (
-        "frames", "refs", "free", "obs_rows", "next_rows", "action", "reward", "discount",
-        "generation", "stream_obs", "stream_next", "stream_live", "stream_ended",
-    )  # fmt: skip
-
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output into a memory built with the same arguments."""
-        arrays = self._checked_state(state)
-        for name in self._ARRAYS:
-            getattr(self, f"_{name}")[...] = arrays[name]
-        self._nfree, self._tail, self._head = int(state["nfree"]), int(state["tail"]), int(state["head"])
+        """Restore :meth:`state_dict` output into a memory built with the same arguments.
 
-    def _checked_state(self, state: dict[str, Any]) -> dict[str, npt.NDArray[Any]]:
-        """The state's arrays, after checking everything :meth:`load_state_dict` will assign."""
+        The state is checked completely first (:meth:`check_valid`'s invariants, the config, every
+        array's dtype and shape): a malformed or inconsistent state raises ``ValueError`` or
+        ``TypeError`` naming the key, and the memory is left exactly as it was.
+        """
+        self._commit_state(self._checked_state(state))
+
+    def _commit_state(self, checked: tuple[dict[str, npt.NDArray[Any]], dict[str, int]]) -> None:
+        """Assign a state that :meth:`_checked_state` accepted (cannot fail: dtypes and shapes match)."""
+        arrays, counters = checked
+        for name, array in arrays.items():
+            getattr(self, f"_{name}")[...] = array
+        self._nfree, self._tail, self._head = counters["nfree"], counters["tail"], counters["head"]
+
+    def _checked_state(self, state: Any) -> tuple[dict[str, npt.NDArray[Any]], dict[str, int]]:
+        """The state's arrays and counters, after checking everything :meth:`load_state_dict`
+        will assign; raises ``ValueError``/``TypeError`` naming the key."""
         if not isinstance(state, dict):
             raise TypeError(f"state should be a dict from state_dict(), but got {type(state).__name__}")
         version = state.get("version")
-        if version != STATE_VERSION:
+        if type(version) is not int or version != STATE_VERSION:
             raise ValueError(f"state_dict version should be {STATE_VERSION}, but got version={version!r}")
-        try:
-            config = dict(state["config"])
-            arrays = {name: np.asarray(state[name]) for name in self._ARRAYS}
-            nfree, tail, head = int(state["nfree"]), int(state["tail"]), int(state["head"])
-        except KeyError as missing:
-            raise ValueError(f"state_dict is missing the key {missing}") from None
-        for key in ("obs_shape", "action_shape"):
-            config[key] = tuple(config.get(key, ()))
-        for key, mine in self._config().items():
-            if config.get(key) != mine:
-                raise ValueError(f"state_dict config {key} should be {mine!r}, but got {config.get(key)!r}")
-        for name, array in arrays.items():
-            target = getattr(self, f"_{name}")
-            if array.shape != target.shape or array.dtype != target.dtype:
+        _check_keys(state, {"version", "config", *self._ARRAYS, *self._COUNTERS}, "state_dict")
+        config = state["config"]
+        if not isinstance(config, dict):
+            raise TypeError(f"state_dict config should be a dict, but got {type(config).__name__}")
+        mine = self._config()
+        _check_keys(config, set(mine), "state_dict config")
+        for key, value in mine.items():
+            if not _same_config_value(config[key], value):
+                raise ValueError(f"state_dict config {key} should be {value!r}, but got {config[key]!r}")
+        arrays = {}
+        for name, target in self._state_arrays().items():
+            arrays[name] = array = _as_state_array(state[name], f"state_dict {name}")
+            if array.dtype != target.dtype or array.shape != target.shape:
                 raise ValueError(
                     f"state_dict {name} should be {target.dtype}{list(target.shape)}, "
                     f"but got {array.dtype}{list(array.shape)}"
                 )
-        if not (0 <= nfree <= self.frame_capacity and 0 <= tail <= head and head - tail <= self.capacity):
-            raise ValueError(f"state_dict counters are inconsistent: nfree={nfree}, tail={tail}, head={head}")
-        f = self.frame_capacity
-        for name in ("obs_rows", "next_rows", "stream_obs", "stream_next", "free"):
-            rows = arrays[name] if name != "free" else arrays[name][:nfree]
-            if rows.size and (rows.min() < 0 or rows.max() >= f):  # the kernels index with these
-                raise ValueError(f"state_dict {name} should hold frame rows in [0, {f})")
-        if arrays["generation"].max() >= head or arrays["refs"].min() < 0:
-            raise ValueError("state_dict generation or refs are inconsistent with its counters")
-        return arrays
+        counters = {}
+        for name in self._COUNTERS:
+            value = state[name]
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"state_dict {name} should be an integer, but got {name}={value!r}")
+            counters[name] = int(value)
+        self._check_invariants(arrays, counters, "state_dict ")
+        return arrays, counters
+
+    def check_valid(self) -> None:
+        """Raise ``ValueError`` naming the first broken invariant of the memory's bookkeeping.
+
+        The invariants :meth:`load_state_dict` demands of a state: each slot holds the transition
+        last written there (its generation follows from the number of adds) and the live ones are
+        the most recent ``len(memory)``; every frame row that a live transition or a stream's last
+        stack names is in the pool; each row's reference count equals its number of such uses;
+        the free list holds exactly the unused rows, once each; live rewards are finite, live
+        discounts in ``[0, 1]``, live float actions and used float frames finite.
+        """
+        self._check_invariants(self._state_arrays(), self._counters(), "")
+
+    def _check_invariants(
+        self, a: dict[str, npt.NDArray[Any]], counters: dict[str, int], prefix: str
+    ) -> None:
+        c, f = self.capacity, self.frame_capacity
+        nfree, tail, head = counters["nfree"], counters["tail"], counters["head"]
+
+        def fail(key: str, message: str) -> None:
+            raise ValueError(f"{prefix}{key} {message}")
+
+        if not 0 <= head < 2**62:
+            fail("head", f"should lie in [0, 2**62), but got head={head}")
+        if not max(0, head - c) <= tail <= head:
+            fail("tail", f"should lie in [max(0, head - capacity), head] = [{max(0, head - c)}, {head}], "
+                         f"but got tail={tail}")  # fmt: skip
+        slots = np.arange(c, dtype=np.int64)
+        # Slot s last held the largest transition number below head that is s modulo capacity.
+        last = np.where(slots < head, slots + c * ((head - 1 - slots) // c), -1)
+        generation = a["generation"]
+        if not np.array_equal(generation, last):
+            j = int(np.argmax(generation != last))
+            fail("generation", f"should be {last[j]} in slot {j} after head={head} adds (the transition "
+                               f"written there last), but got generation[{j}]={generation[j]}")  # fmt: skip
+        live = last >= tail
+        for key in ("obs_rows", "next_rows", "stream_obs", "stream_next", "free"):
+            rows = a[key]
+            bad = (rows < 0) | (rows >= f)
+            if bad.any():
+                where = np.unravel_index(int(np.argmax(bad)), rows.shape)
+                index = "".join(f"[{i}]" for i in where)
+                fail(key, f"should hold frame rows in [0, {f}), but got {key}{index}={rows[where]}")
+        stream_live, stream_ended = a["stream_live"], a["stream_ended"]
+        if not (stream_live | stream_ended).all():
+            j = int(np.argmin(stream_live | stream_ended))
+            fail("stream_ended", f"should be True for a stream without transitions, but got "
+                                 f"stream_ended[{j}]=False with stream_live[{j}]=False")  # fmt: skip
+        if int(stream_live.sum()) > head:
+            fail("stream_live", f"should mark at most head={head} streams, but got {int(stream_live.sum())}")
+        uses = np.concatenate([
+            a["obs_rows"][live].ravel(), a["next_rows"][live].ravel(),
+            a["stream_obs"][stream_live].ravel(), a["stream_next"][stream_live].ravel(),
+        ])  # fmt: skip
+        count = np.bincount(uses, minlength=f)
+        refs = a["refs"]
+        if not np.array_equal(refs, count):
+            j = int(np.argmax(refs != count))
+            fail("refs", f"should count the uses of each frame row by live transitions and streams, "
+                         f"but got refs[{j}]={refs[j]} for {count[j]} uses")  # fmt: skip
+        unused = np.flatnonzero(count == 0)
+        if nfree != unused.shape[0]:
+            fail(
+                "nfree",
+                f"should be the number of unused frame rows ({unused.shape[0]}), but got nfree={nfree}",
+            )
+        listed = np.sort(a["free"][:nfree])
+        if not np.array_equal(listed, unused):
+            twice = np.flatnonzero(listed[1:] == listed[:-1])
+            if twice.shape[0]:
+                fail("free", f"should list each unused row once, but got row {listed[twice[0]]} twice")
+            row = int(listed[np.argmax(count[listed] > 0)])
+            fail("free", f"should list only unused frame rows, but got row {row}, used {count[row]} times")
+        reward, discount = a["reward"][live], a["discount"][live]
+        if not np.isfinite(reward).all():
+            j = int(np.flatnonzero(live)[np.argmin(np.isfinite(reward))])
+            fail("reward", f"should be finite in live slots, but got reward[{j}]={a['reward'][j]!r}")
+        inside = (discount >= 0.0) & (discount <= 1.0)
+        if not inside.all():
+            j = int(np.flatnonzero(live)[np.argmin(inside)])
+            fail(
+                "discount", f"should lie in [0, 1] in live slots, but got discount[{j}]={a['discount'][j]!r}"
+            )
+        if self.action_dtype.kind in "fc":
+            finite = np.isfinite(
+                a["action"][live].reshape(int(live.sum()), math.prod(self.action_shape))
+            ).all(axis=1)
+            if not finite.all():
+                j = int(np.flatnonzero(live)[np.argmin(finite)])
+                fail("action", f"should be finite in live slots, but got action[{j}]={a['action'][j]!r}")
+        if self._float_obs:
+            used_rows = np.flatnonzero(count)
+            finite = np.isfinite(
+                a["frames"][used_rows].reshape(used_rows.shape[0], math.prod(self.obs_shape))
+            ).all(axis=1)
+            if not finite.all():
+                row = int(used_rows[np.argmin(finite)])
+                fail("frames", f"should be finite in used rows, but got frames[{row}]={a['frames'][row]!r}")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_frame_words"]  # a view of _frames: pickling and deepcopy would detach it
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._frame_words = self._frames.reshape(self.frame_capacity, -1).view(self._word)
+
+
+def _check_keys(state: dict[str, Any], expected: set[str], where: str) -> None:
+    missing = sorted(expected - state.keys())
+    if missing:
+        raise ValueError(f"{where} is missing the key {missing[0]!r}")
+    unexpected = sorted(map(repr, state.keys() - expected))
+    if unexpected:
+        raise ValueError(f"{where} has the unexpected key {unexpected[0]}")
+
+
+def _same_config_value(value: Any, mine: Any) -> bool:
+    """Whether a config entry equals this memory's (``True`` is not ``1``; shapes as lists too)."""
+    if isinstance(mine, tuple):
+        return (
+            isinstance(value, (tuple, list)) and all(type(v) is int for v in value) and tuple(value) == mine
+        )
+    return type(value) is type(mine) and bool(value == mine)
+
+
+def _as_state_array(value: Any, name: str) -> npt.NDArray[Any]:
+    try:
+        return to_numpy(value, name)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise TypeError(f"{name} should be a numpy array, but got {type(value).__name__}") from error
 
 
 class PrioritizedReplay:
@@ -815,7 +988,7 @@ class PrioritizedReplay:
         Accepts numpy arrays, torch tensors and lists; duplicates: the last entry wins.  The number
         of dropped entries accumulates in :attr:`dropped_updates`.
         """
-        idx = self.memory._slots(indices)
+        idx = self.memory._slots(indices, "indices")
         values = as_priorities(priorities, idx.shape[0])
         bad = ~((values >= 0.0) & (values < np.inf))
         if bad.any():
@@ -841,50 +1014,93 @@ class PrioritizedReplay:
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self, include_memory: bool = False, *, copy: bool = True) -> dict[str, Any]:
-        """Sampler state and draw record, plus the memory's state when ``include_memory``
-        (``copy`` as in :meth:`ReplayMemory.state_dict`)."""
+        """Sampler state, draw record and the memory's counters, plus the memory's state when
+        ``include_memory`` (``copy`` as in :meth:`ReplayMemory.state_dict`)."""
         state: dict[str, Any] = {
-            "version": STATE_VERSION,
+            "version": REPLAY_STATE_VERSION,
             "sampler": self.sampler.state_dict(),
             "drawn": self._drawn.copy(),
             "dropped_updates": self.dropped_updates,
+            "memory_head": self.memory._head,
+            "memory_tail": self.memory._tail,
         }
         if include_memory:
             state["memory"] = self.memory.state_dict(copy=copy)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; without ``"memory"`` the current memory must be the
-        one the state was saved with (its live slots must match the sampler's)."""
+        """Restore :meth:`state_dict` output, all of it or nothing.
+
+        Without ``"memory"`` the current memory must be the one the state was saved with: it must
+        have seen the same number of adds and evictions (``memory_head``, ``memory_tail``), so its
+        live slots are the sampler's filled ones.  Everything is checked before anything changes:
+        the memory's state completely (:meth:`ReplayMemory.load_state_dict`), the draw record, and
+        that the sampler's filled slots are the memory's live ones; then the sampler loads (its own
+        checks, which change nothing when they fail); then the memory, which cannot fail.
+        """
         if not isinstance(state, dict):
             raise TypeError(f"state should be a dict from state_dict(), but got {type(state).__name__}")
         version = state.get("version")
-        if version != STATE_VERSION:
-            raise ValueError(f"state_dict version should be {STATE_VERSION}, but got version={version!r}")
-        try:
-            sampler_state, drawn = state["sampler"], np.asarray(state["drawn"])
-            dropped = int(state["dropped_updates"])
-        except KeyError as missing:
-            raise ValueError(f"state_dict is missing the key {missing}") from None
+        if type(version) is not int or version not in _LOADABLE_REPLAY_VERSIONS:
+            raise ValueError(
+                f"state_dict version should be one of {_LOADABLE_REPLAY_VERSIONS}, "
+                f"but got version={version!r}"
+            )
+        keys = {"version", "sampler", "drawn", "dropped_updates"}
+        if version >= 2:
+            keys |= {"memory_head", "memory_tail"}
+        _check_keys(state, keys | ({"memory"} & state.keys()), "state_dict")
+        counts = {}
+        for key in keys - {"version", "sampler", "drawn"}:
+            value = state[key]
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise ValueError(f"state_dict {key} should be an integer >= 0, but got {key}={value!r}")
+            counts[key] = int(value)
+        memory = None
+        if "memory" in state:
+            memory = self.memory._checked_state(state["memory"])
+            head, tail = memory[1]["head"], memory[1]["tail"]
+        else:
+            head, tail = self.memory._head, self.memory._tail
+        for key, mine in (("memory_head", head), ("memory_tail", tail)):
+            if key in counts and counts[key] != mine:
+                raise ValueError(
+                    f"state_dict {key} should be {mine} (the memory's), but got {key}={counts[key]}: "
+                    "the state was saved with another memory, or at another point of this one"
+                )
+        generation = memory[0]["generation"] if memory is not None else self.memory._generation
+        drawn = _as_state_array(state["drawn"], "state_dict drawn")
         if drawn.shape != self._drawn.shape or drawn.dtype != self._drawn.dtype:
             raise ValueError(
                 f"state_dict drawn should be int64{list(self._drawn.shape)}, "
                 f"but got {drawn.dtype}{list(drawn.shape)}"
             )
-        memory_state = state.get("memory")
-        if memory_state is not None:
-            arrays = self.memory._checked_state(memory_state)
-            live = arrays["generation"] >= int(memory_state["tail"])
-        else:
-            live = self.memory._generation >= self.memory._tail
+        # A slot's draw record is -1 or a transition it has held: a number of that slot, not newer.
+        slots = np.arange(self.capacity)
+        held = (drawn == -1) | ((drawn >= 0) & (drawn <= generation) & (drawn % self.capacity == slots))
+        if not held.all():
+            j = int(np.argmin(held))
+            raise ValueError(
+                f"state_dict drawn should hold, per slot, -1 or a transition the slot has held (at most "
+                f"generation {generation[j]}), but got drawn[{j}]={drawn[j]}"
+            )
+        sampler_state = state["sampler"]
+        if not isinstance(sampler_state, dict):
+            raise TypeError(f"state_dict sampler should be a dict, but got {type(sampler_state).__name__}")
         try:
             filled = ~np.isnan(np.asarray(sampler_state["priorities"], dtype=np.float64))
-        except (KeyError, TypeError):
-            raise ValueError("state_dict sampler should be a PrioritizedSampler state_dict") from None
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(
+                "state_dict sampler should be a PrioritizedSampler state_dict with priorities"
+            ) from None
+        live = generation >= tail
         if filled.shape != live.shape or not np.array_equal(filled, live):
-            raise ValueError("state_dict sampler slots should match the memory's live transitions")
+            raise ValueError(
+                "state_dict sampler priorities should be filled exactly in the memory's live slots "
+                f"({int(live.sum())} of {live.shape[0]})"
+            )
         self.sampler.load_state_dict(sampler_state)
-        if memory_state is not None:
-            self.memory.load_state_dict(memory_state)
+        if memory is not None:
+            self.memory._commit_state(memory)
         self._drawn[:] = drawn
-        self.dropped_updates = dropped
+        self.dropped_updates = counts["dropped_updates"]

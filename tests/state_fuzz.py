@@ -88,7 +88,8 @@ def _as_array(value: Any) -> np.ndarray | None:
 
 @st.composite
 def _array_edit(draw: st.DrawFn, array: np.ndarray) -> Any:
-    edit = draw(st.sampled_from(["element", "truncate", "extend", "recast", "reshape", "shuffle", "zeros"]))
+    edits = ["element", "truncate", "extend", "recast", "reshape", "shuffle", "zeros", "duplicate"]
+    edit = draw(st.sampled_from(edits))
     out = array.copy()
     if edit == "element" and out.size:
         flat_index = draw(st.integers(0, out.size - 1))
@@ -104,6 +105,10 @@ def _array_edit(draw: st.DrawFn, array: np.ndarray) -> Any:
                 info = np.iinfo(out.dtype) if out.dtype.kind in "iu" else None
                 clipped = value if info is None else min(max(int(value), info.min), info.max)
                 out.flat[flat_index] = clipped
+        return out
+    if edit == "duplicate" and out.size > 1:  # a value from elsewhere: in range, but repeated
+        source, target = draw(st.lists(st.integers(0, out.size - 1), min_size=2, max_size=2, unique=True))
+        out.flat[target] = out.flat[source]
         return out
     if edit == "truncate" and out.ndim and out.shape[0]:
         return out[: draw(st.integers(0, out.shape[0] - 1))]

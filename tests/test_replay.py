@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import pickle
 import warnings
 from collections import deque
@@ -140,10 +141,11 @@ def test_frames_are_shared() -> None:
 
 
 def test_flat_observations_float32() -> None:
-    """CartPole-like float32 (4,) observations, frame_stack=1, including NaN and -0.0 exactly."""
+    """CartPole-like float32 (4,) observations, frame_stack=1, including -0.0 and subnormals exactly
+    (non-finite observations are rejected: test_non_finite_values_are_rejected_after_the_cast)."""
     memory = ReplayMemory(8, (4,), obs_dtype=np.float32)
-    obs = np.array([0.0, -0.0, np.nan, 1.5], np.float32)
-    nxt = np.array([-0.0, 0.0, 2.0, np.inf], np.float32)
+    obs = np.array([0.0, -0.0, 1e-45, 1.5], np.float32)
+    nxt = np.array([-0.0, 0.0, 2.0, -3.4e38], np.float32)
     slot = memory.add(obs, 1, 1.0, 1.0, nxt)
     memory.add(nxt, 0, 1.0, 0.0, obs, episode_end=True)
     batch = memory.get([slot, 1])
@@ -266,8 +268,11 @@ def test_load_state_dict_rejects_mismatch_and_changes_nothing() -> None:
     state = replay.state_dict()  # without memory: sampler slots must match the memory
     other = PrioritizedReplay(8, FRAME, frame_stack=2, seed=0)
     before = other.sampler.priorities
-    with pytest.raises(ValueError, match="live transitions"):
+    with pytest.raises(ValueError, match="memory_head should be 0"):
         other.load_state_dict(state)
+    version_1 = {k: v for k, v in state.items() if k not in ("memory_head", "memory_tail")}
+    with pytest.raises(ValueError, match="live slots"):  # a version-1 state: the live slots decide
+        other.load_state_dict({**version_1, "version": 1})
     np.testing.assert_array_equal(other.sampler.priorities, before)
     with pytest.raises(ValueError, match="frame_stack"):
         ReplayMemory(8, FRAME, frame_stack=3).load_state_dict(replay.memory.state_dict())
@@ -508,3 +513,162 @@ def test_add_many_checks_everything_first() -> None:
             memory.add_many(**{**args, **change})
     assert len(memory) == 0 and memory.num_frames == 0
     assert memory.add_many(good, [0, 1], [0, 0], [1, 1], good, streams=[1, 1]).tolist() == [0, 1]
+
+
+# -- values that overflow their storage, arguments named as passed, copies ------------------------------
+def _unchanged_after(
+    memory: ReplayMemory, call: Callable[[], Any], error: type[Exception], match: str
+) -> None:
+    before = memory.state_dict()
+    with pytest.raises(error, match=match):
+        call()
+    after = memory.state_dict()
+    for key, value in before.items():
+        np.testing.assert_array_equal(np.asarray(after[key], dtype=object), np.asarray(value, dtype=object))
+
+
+def test_non_finite_values_are_rejected_after_the_cast() -> None:
+    """Bug: a reward or discount of 1e300 was stored as inf (float32) although non-finite rewards
+    raise; discounts outside [0, 1], NaN float observations and float64 observations or actions
+    that overflow float32 were stored too."""
+    memory = ReplayMemory(4, (3,), obs_dtype=np.float32, action_shape=(2,), action_dtype=np.float32)
+    obs, act = np.zeros(3, np.float32), np.zeros(2, np.float32)
+    memory.add(obs, act, 1.0, 1.0, obs)
+    big = np.array([0.0, 1e300, 0.0])
+    bad_calls = [
+        (
+            ValueError,
+            r"reward should be finite \(as float32\), but got reward=1e\+300",
+            lambda: memory.add(obs, act, 1e300, 1.0, obs),
+        ),
+        (
+            ValueError,
+            "reward should be finite",
+            lambda: memory.add(obs, act, np.float64(-(2.0**128)), 1.0, obs),
+        ),
+        (ValueError, "discount should be finite", lambda: memory.add(obs, act, 0.0, 1e300, obs)),
+        (
+            ValueError,
+            r"discount should lie in \[0, 1\], but got discount=1.5",
+            lambda: memory.add(obs, act, 0.0, 1.5, obs),
+        ),
+        (ValueError, r"discount should lie in \[0, 1\]", lambda: memory.add(obs, act, 0.0, -0.5, obs)),
+        (
+            ValueError,
+            r"obs should be finite \(as float32\), but got obs\[1\]=1e\+300",
+            lambda: memory.add(big, act, 0.0, 1.0, obs),
+        ),
+        (
+            ValueError,
+            r"next_obs should be finite .* next_obs\[2\]=nan",
+            lambda: memory.add(obs, act, 0.0, 1.0, np.array([0, 0, np.nan], np.float32)),
+        ),
+        (
+            ValueError,
+            r"action should be finite .* action\[0\]=inf",
+            lambda: memory.add(obs, [np.inf, 0], 0.0, 1.0, obs),
+        ),
+        (
+            ValueError,
+            r"action should be finite .* action\[1\]=1e\+300",
+            lambda: memory.add(obs, [0, 1e300], 0.0, 1.0, obs),
+        ),
+        (
+            ValueError,
+            r"reward should be finite .* reward\[1\]=1e\+300",
+            lambda: memory.add_many([obs, obs], [act, act], [0.0, 1e300], [1, 1], [obs, obs], streams=[0, 0]),
+        ),
+        (
+            ValueError,
+            r"discount should lie in \[0, 1\], but got discount\[0\]=2",
+            lambda: memory.add_many([obs, obs], [act, act], [0, 0], [2, 1], [obs, obs], streams=[0, 0]),
+        ),
+        (
+            ValueError,
+            r"obs should be finite .* obs\[1\]\[0\]=nan",
+            lambda: memory.add_many(
+                [obs, [np.nan, 0, 0]], [act, act], [0, 0], [1, 1], [obs, obs], streams=[0, 0]
+            ),
+        ),
+    ]
+    for error, message, call in bad_calls:
+        _unchanged_after(memory, call, error, message)
+    assert len(memory) == 1
+    top = float(np.finfo(np.float32).max)  # the largest value float32 holds, then the first it does not
+    memory.add(obs, act, float(np.nextafter(_float32_overflow(), 0.0)), 1.0 + 2.0**-30, obs)
+    assert memory.get([1])["reward"][0] == top and memory.get([1])["discount"][0] == 1.0
+    _unchanged_after(
+        memory, lambda: memory.add(obs, act, _float32_overflow(), 1.0, obs), ValueError, "reward"
+    )
+
+
+def _float32_overflow() -> float:
+    """The smallest float64 that float32 rounds to inf, found by bisection with numpy's cast."""
+    low, high = float(np.finfo(np.float32).max), 2.0**128  # finite, inf
+    with np.errstate(over="ignore"):
+        while np.nextafter(low, np.inf) < high:
+            mid = low + (high - low) / 2
+            low, high = (mid, high) if np.isfinite(np.float32(mid)) else (low, mid)
+    return high
+
+
+def test_integer_actions_out_of_range_and_wrong_shapes_are_rejected() -> None:
+    memory = ReplayMemory(4, (2,), obs_dtype=np.uint8, action_dtype=np.uint8, num_streams=2)
+    obs = np.zeros(2, np.uint8)
+    memory.add(obs, 255, 0.0, 1.0, obs)
+    bad_calls = [
+        (
+            ValueError,
+            r"action should fit uint8, but got values in \[256, 256\]",
+            lambda: memory.add(obs, 256, 0.0, 1.0, obs),
+        ),
+        (ValueError, "action should fit uint8", lambda: memory.add(obs, -1, 0.0, 1.0, obs)),
+        (TypeError, "action should have dtype uint8", lambda: memory.add(obs, 2**70, 0.0, 1.0, obs)),
+        (
+            ValueError,
+            "action should fit uint8",
+            lambda: memory.add_many([obs, obs], [1, 300], [0, 0], [1, 1], [obs, obs]),
+        ),
+        (
+            ValueError,
+            r"reward should have shape \(2\)",
+            lambda: memory.add_many([obs, obs], [1, 3], [0], [1, 1], [obs, obs]),
+        ),
+        (TypeError, "reward should be a real number", lambda: memory.add(obs, 1, [0.0, 1.0], 1.0, obs)),
+        (
+            ValueError,
+            r"next_obs should have shape \(2,\)",
+            lambda: memory.add(obs, 1, 0.0, 1.0, np.zeros(3, np.uint8)),
+        ),
+    ]
+    for error, message, call in bad_calls:
+        _unchanged_after(memory, call, error, message)
+
+
+def test_update_priorities_names_indices() -> None:
+    """Bug: ``replay.update_priorities(indices=...)`` reported errors for an argument ``slots``."""
+    replay = PrioritizedReplay(4, (1,), obs_dtype=np.float32, seed=0)
+    replay.add([0], 0, 0.0, 1.0, [1])
+    with pytest.raises(ValueError, match=r"indices should lie in \[0, 4\), but got indices\[1\]=4"):
+        replay.update_priorities([0, 4], [1.0, 1.0])
+    with pytest.raises(TypeError, match="indices should hold integers"):
+        replay.update_priorities([0.5], [1.0])
+    with pytest.raises(ValueError, match="indices should be one-dimensional"):
+        replay.update_priorities([[0]], [1.0])
+    assert replay.sampler.priorities[0] == 1.0
+
+
+def test_copies_and_pickles_keep_adding_correctly() -> None:
+    """Bug: pickling or deep-copying a memory detached its word view of the frame pool, so the
+    copy's adds wrote their frames where no read looked (reads returned zeros)."""
+    memory = ReplayMemory(4, (2,), obs_dtype=np.float32, frame_stack=2)
+    s = [np.array([[t, t], [t + 1, t + 1]], np.float32) for t in range(6)]
+    memory.add(s[0], 0, 0.0, 1.0, s[1])
+    for clone in (copy.deepcopy(memory), pickle.loads(pickle.dumps(memory))):
+        for t in range(1, 5):
+            clone.add(s[t], 0, 0.0, 1.0, s[t + 1])
+        clone.check_valid()
+        batch = clone.get(np.arange(4))
+        order = np.argsort(batch["generation"])
+        np.testing.assert_array_equal(batch["next_obs"][order], np.stack(s[2:6]))
+    assert len(memory) == 1 and memory.get([0])["next_obs"].tolist() == [s[1].tolist()]
