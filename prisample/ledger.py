@@ -235,7 +235,8 @@ class DrawLedger(Sampler[int]):
             raise TypeError(f"state_dict pending should be a list, but got pending={pending!r}")
         if len(pending) > MAX_PENDING:
             raise ValueError(f"state_dict pending should hold <= {MAX_PENDING} draws, but got {len(pending)}")
-        draws = [_parse_draw(p, i, filled, batch_size * replicas) for i, p in enumerate(pending)]
+        bounded = sampler_state.get("weight_norm") != "none"  # normalised weights lie in [0, 1]
+        draws = [_parse_draw(p, i, filled, batch_size * replicas, bounded) for i, p in enumerate(pending)]
         yielded = state["yielded"]
         if isinstance(yielded, bool) or not isinstance(yielded, numbers.Integral):
             raise TypeError(f"state_dict yielded should be an integer, but got yielded={yielded!r}")
@@ -294,7 +295,9 @@ def _sampler_facts(sampler_state: Any, capacity: int) -> tuple[npt.NDArray[np.bo
     return filled, int(batch_size), length
 
 
-def _parse_draw(entry: Any, i: int, filled: npt.NDArray[np.bool_], most: int) -> tuple[Draw, float]:
+def _parse_draw(
+    entry: Any, i: int, filled: npt.NDArray[np.bool_], most: int, bounded: bool
+) -> tuple[Draw, float]:
     name = f"pending[{i}]"
     _check_keys(entry, _PENDING_KEYS, f"state_dict {name}")
     arrays = {key: to_numpy(entry[key], f"{name}.{key}") for key in ("indices", "weights", "probabilities")}
@@ -321,8 +324,11 @@ def _parse_draw(entry: Any, i: int, filled: npt.NDArray[np.bool_], most: int) ->
             f"state_dict {name}.indices should be filled slots in [0, {filled.shape[0]}), "
             f"but got {bad[:5].tolist()}"
         )
-    if not np.all((weights > 0.0) & np.isfinite(weights)):
-        raise ValueError(f"state_dict {name}.weights should be finite and > 0, but got {weights[:8]}")
+    # A drawn weight can underflow float32 to 0 (a slot far more probable than the least one).
+    top = 1.0 if bounded else np.inf
+    if not np.all((weights >= 0.0) & (weights <= top) & np.isfinite(weights)):
+        want = "in [0, 1] (normalised)" if bounded else "finite and >= 0"
+        raise ValueError(f"state_dict {name}.weights should be {want}, but got {weights[:8]}")
     if not np.all((probabilities > 0.0) & (probabilities <= 1.0)):
         raise ValueError(f"state_dict {name}.probabilities should lie in (0, 1], but got {probabilities[:8]}")
     beta = entry["beta"]

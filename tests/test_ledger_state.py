@@ -46,7 +46,9 @@ def check_consistent(target: Any) -> None:
             break
         assert 0 <= i < CAPACITY and not np.isnan(sampler.priorities[i])
     for d in target.state_dict()["pending"]:
-        assert np.all(d["weights"] > 0) and np.all((d["probabilities"] > 0) & (d["probabilities"] <= 1))
+        # A weight may underflow float32 to 0 next to a priority of 1e308; it is never negative or NaN.
+        assert np.all((d["weights"] >= 0) & (d["weights"] <= 1))
+        assert np.all((d["probabilities"] > 0) & (d["probabilities"] <= 1))
         assert 0.0 <= d["beta"] <= 1.0
 
 
@@ -116,3 +118,30 @@ def test_callback_corrupted_states_are_refused_or_consistent() -> None:
         check_load(fresh(), case[1], consistent)
 
     run()
+
+
+def test_drawn_weight_that_underflows_to_zero_round_trips() -> None:
+    """Bug: a draw whose weight underflows float32 to 0 (a slot of P ≈ 1 beside slots of
+    P ≈ 1e-200, β = 0.5) was kept as pending, then its state was refused on load ("weights should
+    be finite and > 0"), so a checkpoint taken then could not be resumed."""
+    base = PrioritizedSampler(CAPACITY, alpha=1.0, beta=0.5, batch_size=BATCH, seed=0)
+    base.update_priorities([0], [1e200])
+    ledger = DrawLedger(base)
+    it = iter(ledger)
+    for _ in range(BATCH):
+        next(it)
+    state = ledger.state_dict()
+    assert np.any(state["pending"][0]["weights"] == 0.0)
+    fresh = DrawLedger(PrioritizedSampler(CAPACITY, alpha=1.0, beta=0.5, batch_size=BATCH, seed=1))
+    fresh.load_state_dict(state)
+    assert [next(iter(fresh)) for _ in range(1)] == [int(state["pending"][0]["indices"][0])]
+
+
+def test_normalised_weight_above_one_is_refused() -> None:
+    """Bug: a pending weight of 1.1e12 under memory normalisation (weights lie in [0, 1]) was
+    accepted and handed to the train step."""
+    target = drawn("ledger")
+    state = copy.deepcopy(target.state_dict())
+    state["pending"][0]["weights"][0] = np.float32(1.1e12)
+    with pytest.raises(ValueError, match="weights"):
+        target.load_state_dict(state)
