@@ -101,8 +101,7 @@ class CliffwalkConfig:
         cli.at_least(self, 1, "seeds", "max_updates", "max_oracle_updates", "uniform_batch", "workers")
         # η > 1 overshoots the target on every update; η <= 0 never learns (η = -1 ran into NaN).
         cli.in_range(self, "step_size", 0.0, 1.0, low_open=True)
-        cli.at_least(self, 0.0, "init_std", "alpha_rank", "alpha_proportional", "eps")
-        cli.positive(self, "tolerance")
+        cli.at_least(self, 0.0, "init_std", "alpha_rank", "alpha_proportional", "eps", "tolerance")
         cli.one_of(self, "initial_priority", ("max", "td"))
         cli.subset_of(self, "representations", REPRESENTATIONS)
         cli.subset_of(self, "agents", AGENTS)
