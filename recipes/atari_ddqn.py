@@ -47,11 +47,13 @@ from torch import nn
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from prisample import LinearSchedule
+from recipes import cli
 from recipes.dqn_envs import (
     EnvBackend,
     EnvSpec,
     Evaluation,
     atari_rom,
+    check_env,
     env_family,
     evaluate,
     lives,
@@ -181,19 +183,42 @@ class DDQNConfig:
     """torch CPU threads."""
 
     def __post_init__(self) -> None:
-        if self.arm not in ARMS:
-            raise ValueError(f"arm should be one of {ARMS}, but got arm={self.arm!r}")
-        positive = ("batch_size", "threads", "env_threads")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} should be >= 1, but got {name}={getattr(self, name)!r}")
-        if self.prioritized_lr_divisor <= 0:
-            raise ValueError(
-                "prioritized_lr_divisor should be > 0, but got "
-                f"prioritized_lr_divisor={self.prioritized_lr_divisor}"
+        cli.one_of(self, "arm", ARMS)
+        check_env(self.env)  # Pendulum-v1 used to get as far as an AttributeError on its action space
+        cli.at_least(
+            self,
+            1,
+            "batch_size",
+            "threads",
+            "env_threads",
+            "total_steps",
+            "num_envs",
+            "memory_size",
+            "replay_period",
+            "target_update_period",
+            "eval_every",
+            "eval_steps",
+            "eval_episodes",
+            "eval_envs",
+            "log_every",
+            "checkpoint_every",
+            "eps_decay_steps",
+        )
+        cli.at_least(self, 0, "learning_starts", "noop_max", "alpha", "seed")
+        cli.positive(self, "prioritized_lr_divisor", "priority_eps", "rmsprop_eps")
+        for name in ("gamma", "beta0", "beta_end", "eps_start", "eps_end", "eval_epsilon", "rmsprop_decay"):
+            cli.in_range(self, name, 0.0, 1.0)
+        if self.lr is not None:
+            cli.positive(self, "lr")
+        if self.time_budget_s is not None:
+            cli.at_least(self, 0.0, "time_budget_s")
+        if self.hidden is not None:
+            cli.require(
+                bool(self.hidden) and min(self.hidden) >= 1,
+                "hidden",
+                "be a comma list of widths >= 1",
+                self.hidden,
             )
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"gamma should be in [0, 1], but got gamma={self.gamma}")
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -245,14 +270,21 @@ def resolve(config: DDQNConfig) -> DDQNConfig:
     if config.run_name is None:
         values["run_name"] = f"{config.env.replace('/', '_')}/{config.arm}/seed{config.seed}"
     resolved = replace(config, **values)
-    for name in ("total_steps", "num_envs", "memory_size", "replay_period", "target_update_period"):
-        if getattr(resolved, name) < 1:
-            raise ValueError(f"{name} should be >= 1, but got {name}={getattr(resolved, name)!r}")
-    if resolved.memory_size < resolved.batch_size:  # type: ignore[operator]
-        raise ValueError(
-            f"memory_size should be >= batch_size={resolved.batch_size}, "
-            f"but got memory_size={resolved.memory_size}"
-        )
+    assert resolved.memory_size is not None and resolved.total_steps is not None
+    assert resolved.learning_starts is not None
+    cli.require(
+        resolved.memory_size >= resolved.batch_size,
+        "memory_size",
+        f"be >= batch_size={resolved.batch_size}",
+        resolved.memory_size,
+    )
+    # Fewer steps than learning_starts used to finish "done" after 0 updates, without a word.
+    cli.require(
+        resolved.total_steps > resolved.learning_starts,
+        "total_steps",
+        f"be > learning_starts={resolved.learning_starts} (no update would run)",
+        resolved.total_steps,
+    )
     return resolved
 
 
@@ -280,9 +312,7 @@ class QNetwork(nn.Module):
     * ``mlp``: observation → hidden widths → actions.
     """
 
-    def __init__(
-        self, network: Network, spec: EnvSpec, hidden: tuple[int, ...], shared_bias: bool
-    ) -> None:
+    def __init__(self, network: Network, spec: EnvSpec, hidden: tuple[int, ...], shared_bias: bool) -> None:
         super().__init__()
         self.network = network
         if network == "nature_cnn":
@@ -764,27 +794,40 @@ def train(config: DDQNConfig) -> RunResult:
     return result
 
 
-def main(argv: list[str] | None = None) -> Any:
-    """``python -m recipes.atari_ddqn {train,sweep,plot} --help``."""
-    from jsonargparse import auto_cli, set_parsing_settings
+COMMANDS = ("train", "sweep", "plot")
+EPILOG = (
+    "Commands: train (the default: one run, these options), sweep (every arm x seed of one environment; "
+    "python -m recipes.atari_ddqn sweep --help), plot (re-draw a sweep's PNG from its JSON)."
+)
 
+
+def main(argv: list[str] | None = None) -> Any:
+    """``python -m recipes.atari_ddqn [train|sweep|plot] [options]``; ``--help`` lists the options."""
     from recipes import dqn_sweep
 
-    argv = sys.argv[1:] if argv is None else argv
-    set_parsing_settings(docstring_parse_attribute_docstrings=True)
-    commands: dict[str, Any] = {
-        "train": DDQNConfig, "sweep": dqn_sweep.SweepConfig, "plot": dqn_sweep.PlotConfig
-    }
-    if not argv or argv[0] not in commands:
-        usage = f"usage: python -m recipes.atari_ddqn {{{','.join(commands)}}} [--help | options]"
-        print(usage, file=sys.stderr)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = argv[0] if argv and argv[0] in COMMANDS else "train"
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        print(
+            f"error: the command should be one of {', '.join(COMMANDS)}, but got {argv[0]}", file=sys.stderr
+        )
         raise SystemExit(2)
-    config = auto_cli(commands[argv[0]], args=argv[1:], as_positional=False)
-    if argv[0] == "train":
+    args = argv[1:] if argv and argv[0] in COMMANDS else argv
+    classes: dict[str, Any] = {
+        "train": DDQNConfig,
+        "sweep": dqn_sweep.SweepConfig,
+        "plot": dqn_sweep.PlotConfig,
+    }
+    config = cli.parse(classes[command], args, prog=f"python -m recipes.atari_ddqn {command}", epilog=EPILOG)
+    if command == "train":
+        with cli.reporting():
+            resolve(config)
         result = train(config)
         print(json.dumps({k: v for k, v in asdict(result).items() if k != "config"}, indent=1))
         return result
-    if argv[0] == "sweep":
+    if command == "sweep":
+        with cli.reporting():
+            resolve(dqn_sweep.run_config(config, config.arms[0], config.seed))
         return dqn_sweep.sweep(config)
     return dqn_sweep.replot(config)
 

@@ -15,10 +15,10 @@ and proportional prioritization (Figs. 1 right and 2).
 
 Run ``python -m recipes.cliffwalk`` (n = 2..12, 10 seeds, about a minute on one core) or
 ``python -m recipes.cliffwalk --max_n 16 --workers 2`` (the paper's range, about 7 minutes on two
-cores).  It writes ``docs/results/cliffwalk.md`` (tables, the command, the runtime),
-``docs/results/cliffwalk.json`` (updates per seed, ``null`` for a run that did not converge) and
-``docs/results/cliffwalk_*.png``.  Choices the paper leaves open are listed in
-``docs/recipes/cliffwalk.md``.
+cores).  It writes ``runs/cliffwalk/cliffwalk.md`` (tables, the command, the runtime),
+``cliffwalk.json`` (updates per seed, ``null`` for a run that did not converge) and
+``cliffwalk_*.png``; ``--out_dir docs/results`` rewrites the committed results.  Choices the paper
+leaves open are listed in ``docs/recipes/cliffwalk.md``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import re
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -41,6 +41,7 @@ import numpy.typing as npt
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from prisample import PrioritizedSampler
+from recipes import cli
 
 Representation = Literal["tabular", "linear"]
 Agent = Literal["uniform", "oracle", "greedy", "rank", "proportional"]
@@ -90,25 +91,20 @@ class CliffwalkConfig:
     """Root seed; run (n, seed) gets the same memory order and initial θ for every agent."""
     workers: int = 1
     """Worker processes (runs are independent)."""
-    out_dir: str = "docs/results"
-    """Where cliffwalk.md, cliffwalk.json and cliffwalk_*.png are written."""
+    out_dir: str = "runs/cliffwalk"
+    """Where cliffwalk.md, cliffwalk.json and cliffwalk_*.png are written (the committed results:
+    docs/results)."""
 
     def __post_init__(self) -> None:
-        if not 2 <= self.min_n <= self.max_n:
-            raise ValueError(f"need 2 <= min_n <= max_n, but got min_n={self.min_n}, max_n={self.max_n}")
-        counts = ("seeds", "max_updates", "max_oracle_updates", "uniform_batch", "workers")
-        if any(getattr(self, name) < 1 for name in counts):
-            shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in counts)
-            raise ValueError(f"{', '.join(counts)} should be >= 1, but got {shown}")
-        if self.initial_priority not in ("max", "td"):
-            raise ValueError(f"initial_priority should be 'max' or 'td', but got {self.initial_priority!r}")
-        for name, values, allowed in (
-            ("representations", self.representations, REPRESENTATIONS),
-            ("agents", self.agents, AGENTS),
-        ):
-            unknown = [v for v in values if v not in allowed]
-            if unknown or not values:
-                raise ValueError(f"{name} should be a non-empty subset of {allowed}, but got {values!r}")
+        cli.at_least(self, 2, "min_n")
+        cli.require(self.max_n >= self.min_n, "max_n", f"be >= min_n={self.min_n}", self.max_n)
+        cli.at_least(self, 1, "seeds", "max_updates", "max_oracle_updates", "uniform_batch", "workers")
+        # η > 1 overshoots the target on every update; η <= 0 never learns (η = -1 ran into NaN).
+        cli.in_range(self, "step_size", 0.0, 1.0, low_open=True)
+        cli.at_least(self, 0.0, "init_std", "alpha_rank", "alpha_proportional", "eps", "tolerance")
+        cli.one_of(self, "initial_priority", ("max", "td"))
+        cli.subset_of(self, "representations", REPRESENTATIONS)
+        cli.subset_of(self, "agents", AGENTS)
 
 
 # -- environment and replay memory --------------------------------------------------------------
@@ -513,14 +509,7 @@ def to_json(results: Results) -> str:
 
 def command_line(config: CliffwalkConfig) -> str:
     """The command that reproduces ``config``: the recipe with its non-default arguments."""
-    default = CliffwalkConfig()
-    args = []
-    for f in fields(config):
-        value = getattr(config, f.name)
-        if value != getattr(default, f.name):
-            shown = "'[" + ",".join(value) + "]'" if isinstance(value, tuple) else value
-            args.append(f"--{f.name} {shown}")
-    return " ".join(["python -m recipes.cliffwalk", *args])
+    return cli.command_line("python -m recipes.cliffwalk", config, CliffwalkConfig())
 
 
 def write_markdown(
@@ -584,7 +573,4 @@ def main(config: CliffwalkConfig | None = None) -> Results:
 
 
 if __name__ == "__main__":
-    from jsonargparse import auto_cli, set_parsing_settings
-
-    set_parsing_settings(docstring_parse_attribute_docstrings=True)  # field docstrings become --help
-    main(auto_cli(CliffwalkConfig, as_positional=False))
+    main(cli.parse(CliffwalkConfig, prog="python -m recipes.cliffwalk"))

@@ -29,6 +29,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from recipes import cli
+
 Family = Literal["atari", "minatar", "classic"]
 EnvBackend = Literal["auto", "vector", "gymnasium"]
 SCORES_CSV = Path(__file__).with_name("data") / "atari_scores.csv"
@@ -41,6 +43,42 @@ def env_family(env_id: str) -> Family:
     if env_id.startswith("MinAtar/"):
         return "minatar"
     return "classic"
+
+
+def check_env(env_id: str) -> None:
+    """Raise :class:`~recipes.cli.ConfigError` (option ``env``) unless the recipe can make ``env_id``
+    and its actions are discrete (DQN picks ``argmax_a Q(s, a)``).  Atari ids are checked for form
+    only: making one loads its ROM."""
+    family = env_family(env_id)
+    if family == "atari":
+        cli.require(
+            re.fullmatch(r"ALE/[A-Za-z0-9]+-v\d+", env_id) is not None,
+            "env",
+            "look like 'ALE/Pong-v5'",
+            env_id,
+        )
+        return
+    if family == "minatar":
+        from minatar.gym import register_envs
+
+        if env_id not in gym.registry:
+            register_envs()
+    cli.require(
+        env_id in gym.registry,
+        "env",
+        "be a Gymnasium id such as CartPole-v1, MinAtar/Breakout-v1 or ALE/Pong-v5",
+        env_id,
+    )
+    if family == "classic":
+        env = gym.make(env_id)
+        space = env.action_space
+        env.close()
+        cli.require(
+            isinstance(space, gym.spaces.Discrete),
+            "env",
+            "have discrete actions (DQN takes argmax_a Q)",
+            f"{env_id}, whose actions are {space}",
+        )
 
 
 def atari_rom(env_id: str) -> str:

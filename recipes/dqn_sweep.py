@@ -1,7 +1,7 @@
 """Sweeps of the Double DQN recipe: many (arm, seed) runs in parallel processes, one JSON, PNG and table.
 
-``python -m recipes.atari_ddqn sweep --env CartPole-v1 --seeds 5 --jobs 14 --out docs/results/cartpole``
-runs every arm × seed of one environment and writes
+``python -m recipes.atari_ddqn sweep --env CartPole-v1 --seeds 5 --jobs 14`` runs every arm × seed
+of one environment and writes (``--out docs/results/cartpole`` for the committed results)
 
 * ``<out>.json``: ``{arm: {"steps": [...], "returns": [[score per seed] per step], ...}}``, the
   evaluation score of each seed at each evaluation (``null`` where a run stopped earlier);
@@ -20,7 +20,6 @@ import multiprocessing
 import os
 import platform
 import re
-import shlex
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -31,7 +30,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm  # type: ignore[import-untyped]
 
-from recipes.atari_ddqn import ARMS, DDQNConfig, resolve, train
+from recipes import cli
+from recipes.atari_ddqn import ARMS, Arm, DDQNConfig, resolve, train
 from recipes.dqn_envs import atari_rom, env_family, load_atari_scores, normalized_score
 
 
@@ -39,28 +39,27 @@ from recipes.dqn_envs import atari_rom, env_family, load_atari_scores, normalize
 class SweepConfig(DDQNConfig):
     """A :class:`DDQNConfig` (every run's settings) plus the sweep's own fields."""
 
-    arms: str = "uniform,proportional,rank"
-    """Comma-separated arms to run."""
+    arms: tuple[Arm, ...] = ARMS
+    """Arms to run, a comma list (``uniform,rank``)."""
     seeds: int = 3
     """Seeds per arm: seed, seed + 1, ..."""
     jobs: int = 1
     """Runs in parallel (one process each, one torch thread each)."""
-    out: str = "docs/results/sweep"
-    """Output prefix: writes <out>.json, <out>.png and <out>.md."""
+    out: str = "runs/atari_ddqn/sweep"
+    """Output prefix: writes <out>.json, <out>.png and <out>.md (the committed results:
+    docs/results/<env>)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.arms, str):  # a comma list from Python code
+            object.__setattr__(self, "arms", tuple(a.strip() for a in self.arms.split(",") if a.strip()))
         super().__post_init__()
-        unknown = [a for a in arm_list(self) if a not in ARMS]
-        if unknown or not arm_list(self):
-            raise ValueError(f"arms should be a comma-separated subset of {ARMS}, but got arms={self.arms!r}")
-        if self.seeds < 1 or self.jobs < 1:
-            raise ValueError(f"seeds and jobs should be >= 1, but got seeds={self.seeds}, jobs={self.jobs}")
-
+        cli.subset_of(self, "arms", ARMS)
+        cli.at_least(self, 1, "seeds", "jobs")
 
 
 def arm_list(config: SweepConfig) -> list[str]:
     """The sweep's arms, in the order given."""
-    return [a.strip() for a in config.arms.split(",") if a.strip()]
+    return list(config.arms)
 
 
 def run_config(config: SweepConfig, arm: str, seed: int) -> DDQNConfig:
@@ -74,8 +73,8 @@ def run_config(config: SweepConfig, arm: str, seed: int) -> DDQNConfig:
 class PlotConfig:
     """Re-draw a sweep's PNG from its JSON."""
 
-    json: str = "docs/results/cartpole.json"
-    """The sweep's JSON."""
+    json: str
+    """The sweep's JSON, e.g. docs/results/cartpole.json."""
     out: str | None = None
     """PNG to write; default the JSON's path with .png."""
     title: str | None = None
@@ -257,10 +256,8 @@ def _machine() -> str:
 
 
 def command_line(config: SweepConfig) -> str:
-    default = SweepConfig()
-    args = [f"--{f.name} {shlex.quote(str(getattr(config, f.name)))}" for f in fields(config)
-            if getattr(config, f.name) != getattr(default, f.name)]  # fmt: skip
-    return " ".join(["python -m recipes.atari_ddqn sweep", *args])
+    """The command that reproduces the sweep: its non-default arguments."""
+    return cli.command_line("python -m recipes.atari_ddqn sweep", config, SweepConfig())
 
 
 def _fmt(values: list[float]) -> str:

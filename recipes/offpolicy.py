@@ -23,9 +23,9 @@ per state; ``linear`` aggregates square blocks of grid cells (state aggregation)
 distribution of replayed states changes the fixed point.
 
 Run ``python -m recipes.offpolicy`` (about 5 minutes on one core).  It writes
-``docs/results/offpolicy.md`` (tables, the command, the runtime), ``docs/results/offpolicy.json``
-and ``docs/results/offpolicy_<env>.png``; ``docs/recipes/offpolicy.md`` explains the mapping and
-the results.
+``runs/offpolicy/offpolicy.md`` (tables, the command, the runtime), ``offpolicy.json`` and
+``offpolicy_<env>.png``; ``--out_dir docs/results`` rewrites the committed results.
+``docs/recipes/offpolicy.md`` explains the mapping and the results.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +48,7 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 
 from prisample import LinearSchedule, PrioritizedSampler
 from prisample.variants import hybrid_priorities, importance_ratios, rejection_priorities
+from recipes import cli
 
 Representation = Literal["tabular", "linear"]
 Arm = Literal[
@@ -125,28 +126,44 @@ class OffPolicyConfig:
     """Updates between RMSE measurements."""
     workers: int = 1
     """Worker processes (one run each at a time)."""
-    out_dir: str = "docs/results"
-    """Where offpolicy.md, offpolicy.json and the plots go."""
+    out_dir: str = "runs/offpolicy"
+    """Where offpolicy.md, offpolicy.json and the plots go (the committed results: docs/results)."""
 
     def __post_init__(self) -> None:
-        for name in ("seeds", "memory_size", "episode_steps", "block", "updates", "batch_size", "eval_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} should be >= 1, but got {name}={getattr(self, name)!r}")
-        if not 0.0 <= self.gamma < 1.0:
-            raise ValueError(f"gamma should lie in [0, 1), but got gamma={self.gamma!r}")
-        if not 0.0 <= self.target_epsilon <= 1.0 or not 0.0 <= self.behaviour_mix < 1.0:
-            raise ValueError(
-                "target_epsilon should lie in [0, 1] and behaviour_mix in [0, 1), but got "
-                f"target_epsilon={self.target_epsilon!r}, behaviour_mix={self.behaviour_mix!r}"
+        cli.at_least(
+            self,
+            1,
+            "seeds",
+            "memory_size",
+            "episode_steps",
+            "block",
+            "updates",
+            "batch_size",
+            "eval_every",
+            "workers",
+        )
+        cli.in_range(self, "gamma", 0.0, 1.0, high_open=True)
+        cli.in_range(self, "target_epsilon", 0.0, 1.0)
+        cli.in_range(self, "behaviour_mix", 0.0, 1.0, high_open=True)
+        cli.positive(self, "step_size", "step_decay", "rejection_bound")
+        cli.at_least(self, 0.0, "alpha_proportional", "alpha_rank", "hybrid_eps")
+        # β0 outside [0, 1] used to surface as LinearSchedule's "beta.start" once the arm ran.
+        cli.in_range(self, "beta0_proportional", 0.0, 1.0)
+        cli.in_range(self, "beta0_rank", 0.0, 1.0)
+        cli.in_range(self, "beta_anneal", 0.0, 1.0, low_open=True)
+        cli.one_of(self, "weight_norm", ("memory", "batch", "none"))
+        distinct = bool(self.envs) and len(set(self.envs)) == len(self.envs)
+        cli.require(distinct, "envs", "be a comma list of distinct Gymnasium toy-text ids", self.envs)
+        cli.subset_of(self, "representations", REPRESENTATIONS)
+        cli.subset_of(self, "arms", ARMS)
+        for env in self.envs:
+            tolerance = self.tolerances.get(env)
+            cli.require(
+                tolerance is not None and tolerance > 0,
+                "tolerances",
+                f"give a tolerance > 0 for every env ({env})",
+                self.tolerances,
             )
-        for arm in self.arms:
-            if arm not in ARMS:
-                raise ValueError(f"arms should be among {ARMS}, but got {arm!r}")
-        for rep in self.representations:
-            if rep not in REPRESENTATIONS:
-                raise ValueError(f"representations should be among {REPRESENTATIONS}, but got {rep!r}")
-        if not 0.0 < self.beta_anneal <= 1.0:
-            raise ValueError(f"beta_anneal should lie in (0, 1], but got beta_anneal={self.beta_anneal!r}")
 
 
 # -- the model and its exact values ---------------------------------------------------------------
@@ -635,19 +652,7 @@ def to_json(results: Results) -> str:
 
 def command_line(config: OffPolicyConfig) -> str:
     """The command that reproduces ``config``: the recipe with its non-default arguments."""
-    default = OffPolicyConfig()
-    args = []
-    for f in fields(config):
-        value = getattr(config, f.name)
-        if value != getattr(default, f.name):
-            if isinstance(value, tuple):
-                shown = "'[" + ",".join(value) + "]'"
-            elif isinstance(value, dict):
-                shown = "'" + json.dumps(value) + "'"
-            else:
-                shown = str(value)
-            args.append(f"--{f.name} {shown}")
-    return " ".join(["python -m recipes.offpolicy", *args])
+    return cli.command_line("python -m recipes.offpolicy", config, OffPolicyConfig())
 
 
 def write_markdown(
@@ -717,7 +722,4 @@ def main(config: OffPolicyConfig | None = None) -> Results:
 
 
 if __name__ == "__main__":
-    from jsonargparse import auto_cli, set_parsing_settings
-
-    set_parsing_settings(docstring_parse_attribute_docstrings=True)  # field docstrings become --help
-    main(auto_cli(OffPolicyConfig, as_positional=False))
+    main(cli.parse(OffPolicyConfig, prog="python -m recipes.offpolicy"))

@@ -263,6 +263,11 @@ def test_time_budget_stops_cleanly_and_sweep_writes_json_and_png(tmp_path: Path)
     assert png.stat().st_size > 0
     budget = train(_cartpole(tmp_path, run_name="budget", total_steps=10**6, time_budget_s=0.0))
     assert budget.stopped == "time_budget" and budget.steps == 0
-    broken = replace(config, env="NoSuchEnv-v0", arms="uniform", seeds=1, out=str(tmp_path / "broken"))
+    with pytest.raises(ValueError, match="env should be a Gymnasium id"):
+        replace(config, env="NoSuchEnv-v0")  # refused up front, not run by run
+    (tmp_path / "a_file").write_text("")
+    broken = replace(
+        config, arms="uniform", seeds=1, log_dir=str(tmp_path / "a_file"), out=str(tmp_path / "broken")
+    )
     with pytest.raises(RuntimeError, match="every run of the sweep failed"):
         sweep(broken)

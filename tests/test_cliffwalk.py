@@ -271,11 +271,12 @@ def test_a_capped_run_is_null_in_the_json(tmp_path: Path) -> None:
 
 
 def test_command_line_round_trips_through_the_cli() -> None:
-    from jsonargparse import auto_cli
+    from recipes import cli
 
     config = CliffwalkConfig(max_n=16, seeds=3, agents=("rank", "oracle"), initial_priority="td")
     args = shlex.split(command_line(config))[3:]
     assert args[:2] == ["--max_n", "16"]
-    assert auto_cli(CliffwalkConfig, args=args, as_positional=False) == config
+    parsed = cli.parse(CliffwalkConfig, args, prog="python -m recipes.cliffwalk")
+    assert parsed == config
     with pytest.raises(ValueError, match="agents"):
         CliffwalkConfig(agents=("uniform", "psychic"))  # type: ignore[arg-type]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import warnings
 from pathlib import Path
 
@@ -168,3 +169,38 @@ def test_compare_writes_json_plots_and_table(root: Path, tmp_path: Path) -> None
     assert "MNIST" in table and "| prioritized |" in table
     assert (tmp_path / "tiny_test_errors.png").stat().st_size > 0
     assert (tmp_path / "tiny_test_loss.png").stat().st_size > 0
+
+
+def test_comparison_is_identical_in_fresh_processes_whatever_the_thread_count(
+    root: Path, tmp_path: Path
+) -> None:
+    """Bug: ``make demo`` reran the committed comparison with other numbers (uniform's median 4,721
+    errors against 4,184).  Each run took its torch thread count from ``OMP_NUM_THREADS`` (the
+    comparison's own ``set_num_threads(1)`` was overridden), and the sums of a convolution, so the
+    uniform arm at lr 0.3, depend on it.  Two fresh processes with 1 and 2 threads must write the
+    same JSON, timings aside."""
+    import os
+    import subprocess
+    import sys
+
+    written = []
+    for threads in ("1", "2"):
+        command = [
+            sys.executable, "-m", "recipes.imbalanced_mnist", "compare", "--arms", "uniform,prioritized",
+            "--seeds", "2", "--max_steps", "4", "--eval_every", "2", "--root", str(root),
+            "--dataset", "mnist", "--workers", "1", "--out_dir", str(tmp_path),
+            "--overrides=--data.keep_fraction,0.1,--data.val_per_class,5",
+        ]  # fmt: skip
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": threads,
+            "MKL_NUM_THREADS": threads,
+            "PYTHONHASHSEED": threads,
+        }
+        done = subprocess.run(command, cwd=Path(rec.__file__).parent.parent, env=env, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        text = (tmp_path / "imbalanced_mnist.json").read_text()
+        assert json.loads(text)["torch_threads"] == 1
+        written.append(re.sub(r'\n *"runtime_s": [0-9.]+,?', "", text))
+    assert written[0] == written[1]

@@ -198,9 +198,12 @@ def test_cli_parses_the_config():
 
     config = auto_cli(
         OffPolicyConfig, as_positional=False,
-        args=["--seeds", "2", "--arms", "[weighted_is,rejection]", "--tolerances", '{"FrozenLake-v1": 0.1}'],
+        args=["--seeds", "2", "--arms", "[weighted_is,rejection]", "--envs", "[FrozenLake-v1]",
+              "--tolerances", '{"FrozenLake-v1": 0.1}'],
     )  # fmt: skip
     assert config.seeds == 2 and tuple(config.arms) == ("weighted_is", "rejection")
     assert config.tolerances == {"FrozenLake-v1": 0.1}
     with pytest.raises(ValueError, match="arms"):
         OffPolicyConfig(arms=("importance",))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="tolerances should give a tolerance > 0 for every env"):
+        OffPolicyConfig(tolerances={"FrozenLake-v1": 0.1})  # CliffWalking-v1 would fail mid-run

@@ -1,0 +1,200 @@
+"""Command-line plumbing shared by the recipes: checks that name the option, comma lists, one-line errors.
+
+Every recipe's config is a frozen dataclass whose ``__post_init__`` validates its fields with the
+checks below; each raises :class:`ConfigError`, which names the option and the value.  ``parse``
+turns a command line into such a config with jsonargparse, after rewriting comma lists
+(``--agents rank,proportional``, ``--agents rank``) into the list syntax jsonargparse reads
+(``[rank,proportional]``, still accepted as is).  ``reporting`` turns a ``ConfigError`` into one line
+``error: --step_size should be > 0, but got -1`` and exit status 2, the convention of argparse.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import types
+import typing
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import fields, is_dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """An option with a value it cannot take: ``--name should <requirement>, but got <value>``."""
+
+    def __init__(self, name: str, requirement: str, value: object) -> None:
+        self.option, self.requirement, self.value = name, requirement, value
+        super().__init__(f"{name} should {requirement}, but got {name}={value!r}")
+
+    def cli_message(self) -> str:
+        """The message as the command line shows it: ``--name should …, but got value``."""
+        return f"--{self.option} should {self.requirement}, but got {_shown(self.value)}"
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, tuple | list):
+        return ",".join(_shown(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+# -- checks for __post_init__ ---------------------------------------------------------------------
+
+
+def require(ok: bool, name: str, requirement: str, value: object) -> None:
+    """Raise ``ConfigError(name, requirement, value)`` unless ``ok``."""
+    if not ok:
+        raise ConfigError(name, requirement, value)
+
+
+def positive(config: object, *names: str) -> None:
+    """Each named field is > 0 (and not NaN)."""
+    for name in names:
+        value = getattr(config, name)
+        require(value is not None and value > 0, name, "be > 0", value)
+
+
+def at_least(config: object, minimum: float, *names: str) -> None:
+    """Each named field is >= ``minimum`` (``None`` passes: it means 'the preset's value')."""
+    for name in names:
+        value = getattr(config, name)
+        require(value is None or value >= minimum, name, f"be >= {minimum:g}", value)
+
+
+def in_range(
+    config: object, name: str, low: float, high: float, *, low_open: bool = False, high_open: bool = False
+) -> None:
+    """The field lies in the interval (``None`` passes); NaN never does."""
+    value = getattr(config, name)
+    if value is None:
+        return
+    above = value > low if low_open else value >= low
+    below = value < high if high_open else value <= high
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    require(bool(above and below), name, f"lie in {interval}", value)
+
+
+def one_of(config: object, name: str, allowed: Sequence[object]) -> None:
+    """The field is one of ``allowed``."""
+    value = getattr(config, name)
+    require(value in allowed, name, f"be one of {', '.join(map(str, allowed))}", value)
+
+
+def subset_of(config: object, name: str, allowed: Sequence[object]) -> None:
+    """The field is a non-empty sequence of members of ``allowed``, without repeats."""
+    values = tuple(getattr(config, name))
+    ok = bool(values) and all(v in allowed for v in values) and len(set(values)) == len(values)
+    require(ok, name, f"be a comma list of distinct values among {', '.join(map(str, allowed))}", values)
+
+
+# -- command lines ----------------------------------------------------------------------------------
+
+
+def _is_list_type(annotation: Any) -> bool:
+    """``tuple[...]``/``list[...]``, possibly ``| None``."""
+    origin = typing.get_origin(annotation)
+    if origin in (tuple, list):
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_list_type(arg) for arg in typing.get_args(annotation) if arg is not type(None))
+    return False
+
+
+def list_options(cls: type) -> set[str]:
+    """Names of the dataclass fields that take a list of values."""
+    hints = typing.get_type_hints(cls)
+    return {f.name for f in fields(cls) if _is_list_type(hints[f.name])}
+
+
+def _as_list(value: str) -> str:
+    if value.startswith("[") or value.lower() in ("none", "null"):
+        return value
+    return json.dumps([item.strip() for item in value.split(",") if item.strip()])
+
+
+def comma_lists(cls: type, argv: Sequence[str]) -> list[str]:
+    """``argv`` with the values of ``cls``'s list options as JSON lists: ``a,b`` and ``a`` become
+    ``["a", "b"]`` and ``["a"]``; a value already in ``[...]`` is left as it is."""
+    names = list_options(cls)
+    out: list[str] = []
+    pending: str | None = None
+    for arg in argv:
+        if pending is not None:
+            out.append(f"--{pending}={_as_list(arg)}")
+            pending = None
+            continue
+        if arg.startswith("--") and arg[2:].split("=", 1)[0] in names:
+            name, eq, value = arg[2:].partition("=")
+            if eq:
+                out.append(f"--{name}={_as_list(value)}")
+            else:
+                pending = name
+            continue
+        out.append(arg)
+    if pending is not None:
+        out.append(f"--{pending}")  # let the parser report the missing value
+    return out
+
+
+@contextmanager
+def reporting() -> Iterator[None]:
+    """Turn a :class:`ConfigError` raised inside into ``error: …`` on stderr and exit status 2."""
+    try:
+        yield
+    except ConfigError as error:
+        print(f"error: {error.cli_message()}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def parse(cls: type[T], argv: Sequence[str] | None = None, *, prog: str, epilog: str | None = None) -> T:
+    """The config of ``cls`` that the command line ``argv`` (default ``sys.argv[1:]``) asks for.
+
+    ``--help`` lists every field with its docstring; a value a field cannot take ends the process
+    with one line naming the option (see :func:`reporting`).
+    """
+    from jsonargparse import auto_cli, set_parsing_settings
+
+    assert is_dataclass(cls)
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)  # field docstrings become --help
+    args = comma_lists(cls, sys.argv[1:] if argv is None else argv)
+    with reporting():
+        return auto_cli(  # type: ignore[no-any-return]
+            cls, args=args, as_positional=False, parser_class=_one_line_parser(), prog=prog, epilog=epilog
+        )
+
+
+def _one_line_parser() -> type[Any]:
+    """jsonargparse's parser, its errors (an unknown option, a value of the wrong type) on one line."""
+    from jsonargparse import ArgumentParser
+
+    class OneLineErrors(ArgumentParser):
+        def error(self, message: str, ex: Exception | None = None) -> typing.NoReturn:
+            if not self.exit_on_error:
+                super().error(message, ex)
+            print("error: " + " ".join(line.strip() for line in message.splitlines()), file=sys.stderr)
+            raise SystemExit(2)
+
+    return OneLineErrors
+
+
+def command_line(prog: str, config: object, default: object, skip: Iterable[str] = ()) -> str:
+    """``prog`` with the fields where ``config`` differs from ``default``, lists as comma lists: the
+    command that reproduces ``config``."""
+    args = [prog]
+    for f in fields(config):  # type: ignore[arg-type]
+        value = getattr(config, f.name)
+        if f.name in skip or value == getattr(default, f.name):
+            continue
+        if isinstance(value, tuple | list):
+            shown = ",".join(str(v) for v in value)
+        elif isinstance(value, dict):
+            shown = json.dumps(value)
+        else:
+            shown = str(value)
+        args.append(f"--{f.name} {shlex.quote(shown)}")
+    return " ".join(args)

@@ -1,0 +1,236 @@
+"""Every number of a marked table or paragraph in docs/ is in the JSON its marker names.
+
+A marker is an HTML comment on the line before a markdown table or paragraph::
+
+    <!-- numbers: docs/results/imbalanced_mnist.json -->
+    <!-- numbers: docs/results/cliffwalk.json, docs/results/cliffwalk_n16/cliffwalk.json ignore=N -->
+
+Paths are relative to the repository root, comma separated; ``ignore=`` lists column headers
+(separated by ``|``) whose cells are not results (a memory size computed from ``n``, say).  A number
+is found when a value of the JSON rounds to it at the precision shown (``4,184``, ``0.74``, ``3.9%``
+as 3.9 or 0.039, ``20k`` as 20,000; the sign is not compared: ranges are written ``4069-4608``).
+The JSON's values are its numbers, its keys and strings that are numbers, and the mean and median of
+each list of numbers (a table shows medians over seeds; ``null``, a run that did not converge,
+counts as infinitely large in a median, as the recipes count it).  Numbers in code spans and link
+targets are not read.  The bug this guards: docs whose numbers drifted from the results they cite
+(the MNIST seeds' ranges said to overlap, CartPole and MinAtar speeds, a stale Pong table).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MARKER = re.compile(r"^<!--\s*numbers:\s*(?P<paths>.*?)(?:\s+ignore=(?P<ignore>.*?))?\s*-->\s*$")
+NUMBER = re.compile(
+    r"(?<![\w.^])(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<frac>\d+))?(?:e(?P<exp>[-+]?\d+))?"
+    r"(?P<suffix>%|k\b|M\b)?(?![\w^])"
+)
+SCALE = {"k": 1e3, "M": 1e6}
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A number as a doc shows it: its value and the half-width of its last shown digit."""
+
+    text: str
+    value: float
+    tolerance: float
+    percent: bool
+
+
+def numbers_in(text: str) -> list[Shown]:
+    """The numbers of a piece of markdown, without those in code spans and link targets."""
+    text = re.sub(r"`[^`]*`", " ", text)
+    text = re.sub(r"\]\([^)]*\)", "] ", text)
+    found = []
+    for m in NUMBER.finditer(text):
+        frac, exp, suffix = m["frac"] or "", m["exp"], m["suffix"] or ""
+        value = float(m["int"].replace(",", "") + ("." + frac if frac else ""))
+        tolerance = 0.5 * 10.0 ** -len(frac)
+        if exp is not None:
+            value, tolerance = value * 10.0 ** int(exp), tolerance * 10.0 ** int(exp)
+        scale = SCALE.get(suffix, 1.0)
+        found.append(Shown(m.group(0), value * scale, tolerance * scale, suffix == "%"))
+    return found
+
+
+def json_values(data: Any) -> Iterator[float]:
+    """Every number of a JSON document, numeric keys and strings, and each list's mean and median."""
+    if isinstance(data, bool) or data is None:
+        return
+    if isinstance(data, int | float):
+        yield float(data)
+    elif isinstance(data, str):
+        try:
+            yield float(data)
+        except ValueError:
+            return
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            yield from json_values(key)
+            yield from json_values(value)
+    elif isinstance(data, list):
+        for item in data:
+            yield from json_values(item)
+        if data and all((isinstance(v, int | float) and not isinstance(v, bool)) or v is None for v in data):
+            numbers = sorted(math.inf if v is None else float(v) for v in data)
+            finite = [v for v in numbers if math.isfinite(v)]
+            half = len(numbers) // 2
+            median = numbers[half] if len(numbers) % 2 else (numbers[half - 1] + numbers[half]) / 2
+            if math.isfinite(median):
+                yield median
+            if finite:
+                yield sum(finite) / len(finite)
+
+
+def matches(shown: Shown, values: list[float]) -> bool:
+    """Some value rounds to ``shown`` at its precision (a percentage as itself or as a fraction)."""
+    targets = [abs(v) for v in values] + ([abs(v) * 100 for v in values] if shown.percent else [])
+    slack = shown.tolerance * (1 + 1e-9) + 1e-12
+    return any(abs(t - shown.value) <= slack for t in targets)
+
+
+@dataclass(frozen=True)
+class Block:
+    """A marked table or paragraph: where it is, the JSON files it cites, the headers to skip."""
+
+    doc: Path
+    line: int
+    paths: tuple[str, ...]
+    ignore: frozenset[str]
+    lines: tuple[str, ...]
+
+
+def marked_blocks(doc: Path) -> list[Block]:
+    """The blocks of ``doc`` that follow a ``<!-- numbers: … -->`` line (up to the next blank line)."""
+    lines = doc.read_text().splitlines()
+    blocks = []
+    for i, line in enumerate(lines):
+        m = MARKER.match(line.strip())
+        if m is None:
+            continue
+        body = []
+        for following in lines[i + 1 :]:
+            if not following.strip():
+                break
+            body.append(following)
+        paths = tuple(p.strip() for p in m["paths"].split(",") if p.strip())
+        ignore = frozenset(h.strip() for h in (m["ignore"] or "").split("|") if h.strip())
+        blocks.append(Block(doc, i + 1, paths, ignore, tuple(body)))
+    return blocks
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
+def problems(block: Block, root: Path = ROOT) -> list[str]:
+    """What is wrong with one block: a missing JSON, an empty block, numbers the JSON lacks."""
+    where = f"{block.doc.relative_to(root) if block.doc.is_relative_to(root) else block.doc}:{block.line}"
+    if not block.lines:
+        return [f"{where}: the marker is followed by nothing"]
+    values: list[float] = []
+    for path in block.paths:
+        source = root / path
+        if not source.is_file():
+            return [f"{where}: {path} does not exist"]
+        values += list(json_values(json.loads(source.read_text())))
+    texts: list[str] = []
+    if block.lines[0].lstrip().startswith("|"):
+        header = _cells(block.lines[0].replace("\\|", "/"))
+        unknown = block.ignore - set(header)
+        if unknown:
+            return [f"{where}: ignore= names columns the table does not have: {sorted(unknown)}"]
+        keep = [i for i, h in enumerate(header) if h not in block.ignore]
+        for row in block.lines:
+            if re.fullmatch(r"\|?[\s:|-]+\|?", row.strip()):
+                continue
+            cells = _cells(row.replace("\\|", "/"))
+            texts += [cells[i] for i in keep if i < len(cells)]
+    else:
+        texts = list(block.lines)
+    missing = [n.text for text in texts for n in numbers_in(text) if not matches(n, values)]
+    if missing:
+        return [f"{where}: not in {', '.join(block.paths)}: {', '.join(missing)}"]
+    return []
+
+
+def all_docs(root: Path = ROOT) -> list[Path]:
+    return sorted((root / "docs").rglob("*.md"))
+
+
+def test_every_marked_number_is_in_its_json() -> None:
+    blocks = [b for doc in all_docs() for b in marked_blocks(doc)]
+    assert blocks, "no marked tables in docs/"
+    found = [p for b in blocks for p in problems(b)]
+    assert not found, "\n".join(found)
+
+
+def test_results_tables_of_the_recipe_docs_are_marked() -> None:
+    """Each recipe page cites its results through at least one marked table."""
+    for name in ("cliffwalk", "imbalanced_mnist", "offpolicy", "atari_ddqn"):
+        assert marked_blocks(ROOT / "docs" / "recipes" / f"{name}.md"), name
+
+
+def _synthetic(tmp_path: Path, table: str, marker: str = "<!-- numbers: r.json -->") -> Block:
+    (tmp_path / "r.json").write_text(
+        json.dumps(
+            {
+                "arms": {
+                    "uniform": {
+                        "updates": [300, 1000],
+                        "errors": [[5387, 4580, 5583], [4184, 4069, 4608]],
+                        "loss": [0.7412, 0.93, 0.69],
+                        "share": 0.0391,
+                    }
+                },
+                "4": None,
+            }
+        )
+    )
+    doc = tmp_path / "docs" / "page.md"
+    doc.parent.mkdir(exist_ok=True)
+    doc.write_text(f"# Results\n\n{marker}\n{table}\n\nText 99 after the table.\n")
+    (block,) = marked_blocks(doc)
+    return block
+
+
+GOOD = """| arm | errors at 300 | at 1,000 | loss | share | n |
+|---|---|---|---|---|---|
+| uniform | 5,387 (4580-5583) | 4184 (4069–4608) | 0.74 | 3.9% | 4 |"""
+
+
+def test_checker_accepts_numbers_at_the_precision_shown(tmp_path: Path) -> None:
+    assert problems(_synthetic(tmp_path, GOOD), root=tmp_path) == []
+    assert [n.text for n in numbers_in("`--seed 7` [x](a/9.json) 1e-3 20k v5 2^20")] == ["1e-3", "20k"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("4184", "4185"), ("0.74", "0.75"), ("3.9%", "3.7%"), ("at 1,000", "at 1,100"), ("| 4 |", "| 5 |")],
+)
+def test_checker_fails_when_a_number_changes(tmp_path: Path, old: str, new: str) -> None:
+    found = problems(_synthetic(tmp_path, GOOD.replace(old, new)), root=tmp_path)
+    assert len(found) == 1 and new.strip("| ").split()[-1] in found[0]
+
+
+def test_checker_reports_missing_json_and_unknown_ignore_and_honours_ignore(tmp_path: Path) -> None:
+    assert (
+        "does not exist" in problems(_synthetic(tmp_path, GOOD, "<!-- numbers: nope.json -->"), tmp_path)[0]
+    )
+    marker = "<!-- numbers: r.json ignore=size -->"
+    assert "ignore=" in problems(_synthetic(tmp_path, GOOD, marker), tmp_path)[0]
+    with_size = GOOD.replace("| n |", "| size |").replace("| 4 |", "| 123 |")
+    assert problems(_synthetic(tmp_path, with_size, marker), tmp_path) == []
+    assert "123" in problems(_synthetic(tmp_path, with_size), tmp_path)[0]
+    paragraph = "Uniform ends at 4184 errors, prioritized at 3,999."
+    assert "3,999" in problems(_synthetic(tmp_path, paragraph), tmp_path)[0]
