@@ -10,7 +10,8 @@ on minibatches of 60 under three arms:
 * ``prioritized``: each example drawn with ``P(i) = p_i^α / Σ_k p_k^α``, ``p_i`` its last-seen loss,
   α = 1, β = 0 (uninformed).  β = 0 is the paper's supervised setting (Sec. 6): here the skew of
   ``P`` is the point, it rebalances the classes, and importance weights ``(N·P(i))^-β`` annealed to
-  β = 1 would undo that rebalancing (a measured example: docs/concepts.md, β for supervised learning).
+  β = 1 would undo that rebalancing (a measured example: docs/concepts.md, "Which β: supervised
+  learning versus RL").
 
 One run, through LightningCLI (the arms are config files; every option can be overridden)::
 
@@ -242,8 +243,10 @@ class ImbalancedMNISTDataModule(pl.LightningDataModule):
         beta: prioritized: β of the importance weights ``(N · P(i))^-β``.  0 (the default, and the
             paper's value for supervised learning): prioritization is meant to change which
             examples are learned from (here it rebalances the classes), and weights annealed to
-            β = 1 undo that change (docs/concepts.md, β for supervised learning).
+            β = 1 undo that change (docs/concepts.md, "Which β: supervised learning versus RL").
         beta_end: prioritized: anneal β linearly from ``beta`` to this over the run (None: fixed).
+            Annealing to 1 is the RL schedule; on an imbalanced problem it made prioritization
+            worse than uniform sampling (``recipes/supervised_beta.py``).
         eps: prioritized, proportional: ``p_i = loss_i + ε``.
         backend: prioritized: ``"proportional"``, ``"rank"``, ``"greedy"`` or ``"uniform"``.
         eval_batch_size: batch size of the validation and test passes.
@@ -461,7 +464,7 @@ class ImbalancedClassifier(pl.LightningModule):
             return []
         assert isinstance(datamodule, ImbalancedMNISTDataModule)
         beta_start = datamodule.beta if datamodule.beta_end is not None else None
-        return [PrioritizedSamplingCallback(beta_start=beta_start, beta_end=datamodule.beta_end or 1.0)]
+        return [PrioritizedSamplingCallback(beta_start=beta_start, beta_end=datamodule.beta_end)]
 
 
 TRAINER_DEFAULTS: dict[str, Any] = {
