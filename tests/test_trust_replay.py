@@ -97,19 +97,20 @@ def random_adds(memory: ReplayMemory, add: Callable[..., Any], seed: int, n: int
 def check_free_rows_unused(memory: ReplayMemory) -> None:
     """Naive reference for ``check_valid``'s pool invariants: the rows the next adds will take are
     used by no live transition and no stream's last stack, and each row is counted once per use."""
+    state = memory.state_dict(copy=False)
     uses = [0] * memory.frame_capacity
     for slot in range(memory.capacity):
         if memory.valid([slot])[0]:
-            for row in [*memory._obs_rows[slot], *memory._next_rows[slot]]:
+            for row in [*state["obs_rows"][slot], *state["next_rows"][slot]]:
                 uses[row] += 1
     for stream in range(memory.num_streams):
-        if memory._stream_live[stream]:
-            for row in [*memory._stream_obs[stream], *memory._stream_next[stream]]:
+        if state["stream_live"][stream]:
+            for row in [*state["stream_obs"][stream], *state["stream_next"][stream]]:
                 uses[row] += 1
-    free = memory._free[: memory._nfree].tolist()
+    free = state["free"][: state["nfree"]].tolist()
     assert len(set(free)) == len(free)
     assert sorted(free) == [row for row, n in enumerate(uses) if n == 0]
-    assert memory._refs.tolist() == uses
+    assert state["refs"].tolist() == uses
 
 
 def check_memory_consistent(memory: ReplayMemory, add: Callable[..., Any] | None = None) -> None:
@@ -228,7 +229,7 @@ def test_check_valid_holds_through_adds_and_reports_a_broken_count() -> None:
     for _ in range(40):
         recorder.step()
         memory.check_valid()
-    memory._refs[_used_row(memory)] += 1
+    memory.frame_pool._refs[_used_row(memory)] += 1
     with pytest.raises(ValueError, match=r"^refs should count"):
         memory.check_valid()
 
