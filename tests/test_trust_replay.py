@@ -183,7 +183,7 @@ def test_inconsistent_bookkeeping_is_rejected(edit: Callable[[dict[str, Any]], A
 @pytest.mark.parametrize(
     ("key", "value", "error", "match"),
     [
-        ("version", True, ValueError, "version should be 1"),
+        ("version", True, ValueError, r"version should be one of \(1, 2\)"),
         ("tail", 2.0, TypeError, "state_dict tail should be an integer"),
         ("nfree", 3.5, TypeError, "state_dict nfree should be an integer"),
         ("unexpected", 0, ValueError, "state_dict has the unexpected key 'unexpected'"),
@@ -204,8 +204,8 @@ def test_config_must_match_exactly() -> None:
     state = memory.state_dict()
     assert_rejected(memory, {**state, "config": {**state["config"], "capacity": True}}, ValueError,
                     "config capacity should be 1")  # fmt: skip
-    assert_rejected(memory, {**state, "config": {**state["config"], "n_step": 3}}, ValueError,
-                    "config has the unexpected key 'n_step'")  # fmt: skip
+    assert_rejected(memory, {**state, "config": {**state["config"], "n_steps": 3}}, ValueError,
+                    "config has the unexpected key 'n_steps'")  # fmt: skip
     lists = {**state["config"], "obs_shape": [2], "action_shape": []}  # a JSON round trip
     memory.load_state_dict({**state, "config": lists})
 

@@ -4,6 +4,7 @@ memory's public methods only (Schaul et al. 2016, Algorithm 1)."""
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -56,14 +57,16 @@ class PrioritizedReplay:
     def __init__(
         self,
         capacity: int,
-        obs_shape: tuple[int, ...],
+        obs_shape: tuple[int, ...] | Mapping[str, tuple[int, ...]],
         *,
         frame_stack: int = 1,
-        obs_dtype: npt.DTypeLike = np.uint8,
+        obs_dtype: npt.DTypeLike | Mapping[str, npt.DTypeLike] = None,
         action_shape: tuple[int, ...] = (),
         action_dtype: npt.DTypeLike = np.int64,
         num_streams: int = 1,
         frame_capacity: int | None = None,
+        n_step: int = 1,
+        extras: Mapping[str, tuple[tuple[int, ...], npt.DTypeLike]] | None = None,
         alpha: float = 0.6,
         beta: float | LinearSchedule = 0.4,
         eps: float = 1e-6,
@@ -78,7 +81,7 @@ class PrioritizedReplay:
         self.memory = ReplayMemory(
             capacity, obs_shape, obs_dtype=obs_dtype, frame_stack=frame_stack,
             action_shape=action_shape, action_dtype=action_dtype, num_streams=num_streams,
-            frame_capacity=frame_capacity,
+            frame_capacity=frame_capacity, n_step=n_step, extras=extras,
         )  # fmt: skip
         self._drawn = np.full(self.memory.capacity, -1, dtype=np.int64)  # generation at last draw
         self.dropped_updates = 0
@@ -97,35 +100,61 @@ class PrioritizedReplay:
 
     def add(
         self,
-        obs: npt.ArrayLike,
+        obs: Any,
         action: npt.ArrayLike,
         reward: npt.ArrayLike,
         discount: npt.ArrayLike,
-        next_obs: npt.ArrayLike,
+        next_obs: Any,
         episode_end: bool = False,
         stream: int = 0,
+        **extras: npt.ArrayLike,
     ) -> int:
-        """Store a transition (see :meth:`ReplayMemory.add`); it enters at the maximum priority."""
+        """Store a transition (see :meth:`ReplayMemory.add`); it enters at the maximum priority
+        (under n-step: once its window is complete)."""
         done = self.memory.insert(obs, action, reward, discount, next_obs, episode_end=episode_end,
-                                  stream=stream)  # fmt: skip
+                                  stream=stream, **extras)  # fmt: skip
         self._admit(done)
         return int(done.slots[0])
 
     def add_many(
         self,
-        obs: npt.ArrayLike,
+        obs: Any,
         action: npt.ArrayLike,
         reward: npt.ArrayLike,
         discount: npt.ArrayLike,
-        next_obs: npt.ArrayLike,
+        next_obs: Any,
         *,
         episode_end: npt.ArrayLike | None = None,
         streams: npt.ArrayLike | None = None,
+        **extras: npt.ArrayLike,
     ) -> IntArray:
         """:meth:`add` for ``n`` transitions at once (see :meth:`ReplayMemory.add_many`)."""
         done = self.memory.insert_many(
-            obs, action, reward, discount, next_obs, episode_end=episode_end, streams=streams
+            obs, action, reward, discount, next_obs, episode_end=episode_end, streams=streams, **extras
         )
+        self._admit(done)
+        return done.slots
+
+    def add_vector_step(
+        self,
+        obs: Any,
+        action: Any,
+        reward: npt.ArrayLike,
+        terminated: npt.ArrayLike,
+        truncated: npt.ArrayLike,
+        next_obs: Any,
+        infos: Mapping[str, Any],
+        *,
+        gamma: float,
+        autoreset_mode: Any = None,
+        **extras: npt.ArrayLike,
+    ) -> IntArray:
+        """Store one gymnasium vector-env step (see :meth:`ReplayMemory.add_vector_step`); the
+        new transitions enter at the maximum priority (under n-step: once complete)."""
+        done = self.memory.insert_vector_step(
+            obs, action, reward, terminated, truncated, next_obs, infos, gamma=gamma,
+            autoreset_mode=autoreset_mode, **extras,
+        )  # fmt: skip
         self._admit(done)
         return done.slots
 
@@ -136,6 +165,12 @@ class PrioritizedReplay:
         Transition by transition, in order: each enters at the maximum of the memory it joins.
         """
         slots, evicted, until = done.slots, done.evicted, done.evicted_until
+        if self.memory.n_step > 1:  # the step's removals, then its completed windows at once
+            if evicted.shape[0]:
+                self.sampler.remove(evicted)
+            if done.completed.shape[0]:
+                self.sampler.add(done.completed)
+            return
         if slots.shape[0] == 1:
             if evicted.shape[0]:
                 self.sampler.remove(evicted)
@@ -151,6 +186,12 @@ class PrioritizedReplay:
     def sample(self, k: int) -> tuple[ReplayBatch, Draw]:
         """Draw ``k`` live transitions: ``(batch, draw)`` with ``batch`` as :meth:`ReplayMemory.get`
         returns it and ``draw`` the slots, importance weights and probabilities."""
+        if self.sampler.size == 0 and len(self.memory):
+            raise ValueError(
+                f"no transition can be drawn yet: with n_step={self.memory.n_step} a transition is drawn "
+                "once its window is complete (n_step transitions later on its stream, or at the end of "
+                f"its episode), and none of the {len(self.memory)} stored is"
+            )
         draw = self.sampler.sample(k)
         batch = self.memory.get(draw.indices)
         self._drawn[draw.indices] = batch.generation
@@ -240,7 +281,7 @@ class PrioritizedReplay:
         else:
             head, tail = self.memory.num_added, self.memory.num_evicted
             generation = self.memory.generations(np.arange(self.capacity))
-            live = generation >= tail
+            live = self.memory.drawable(np.arange(self.capacity))
         for key, mine in (("memory_head", head), ("memory_tail", tail)):
             if key in counts and counts[key] != mine:
                 raise ValueError(
@@ -274,6 +315,7 @@ class PrioritizedReplay:
         if filled.shape != live.shape or not np.array_equal(filled, live):
             raise ValueError(
                 "state_dict sampler priorities should be filled exactly in the memory's live slots "
+                "(with complete n-step windows) "
                 f"({int(live.sum())} of {live.shape[0]})"
             )
         self.sampler.load_state_dict(sampler_state)
