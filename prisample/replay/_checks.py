@@ -19,6 +19,8 @@ def cast(array: npt.NDArray[Any], dtype: np.dtype[Any], name: str) -> npt.NDArra
     float32) or was not finite to begin with raises ``ValueError`` naming ``name``.
     """
     if array.dtype != dtype:
+        if array.size == 0 and array.dtype.kind in "biufc":  # no values: [] is float64
+            return array.astype(dtype)
         if array.dtype.kind in "biu" and dtype.kind in "iu":
             info = np.iinfo(dtype)
             if array.size and (array.min() < info.min or array.max() > info.max):
