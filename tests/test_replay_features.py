@@ -191,7 +191,16 @@ def test_extras_are_stored_and_bad_ones_rejected_naming_them() -> None:
                     log_prob=[0.5, 0.75], mask=np.ones((2, 4), bool))  # fmt: skip
     batch = memory.get([0, 1, 2])
     assert batch["log_prob"].tolist() == [0.25, 0.5, 0.75] and batch.extras["mask"].dtype == np.bool_
-    assert list(batch) == ["obs", "action", "reward", "discount", "next_obs", "generation", "log_prob", "mask"]
+    assert list(batch) == [
+        "obs",
+        "action",
+        "reward",
+        "discount",
+        "next_obs",
+        "generation",
+        "log_prob",
+        "mask",
+    ]
     with pytest.raises(ValueError, match="extras names should be identifiers"):
         ReplayMemory(4, (2,), extras={"reward": ((), np.float32)})
 
@@ -254,7 +263,9 @@ def test_add_vector_step_through_prioritized_replay(mode: AutoresetMode, n: int)
     """Every sampled transition is real: obs and next_obs of one episode, next_obs m ≤ n steps on,
     discount γ^m unless the episode terminated inside the window."""
     envs = make_envs(mode)
-    replay = PrioritizedReplay(64, (2,), num_streams=NUM_ENVS, n_step=n, extras={"tag": ((), np.int64)}, seed=0)
+    replay = PrioritizedReplay(
+        64, (2,), num_streams=NUM_ENVS, n_step=n, extras={"tag": ((), np.int64)}, seed=0
+    )
     rng = np.random.default_rng(0)
     obs, _ = envs.reset(seed=0)
     for step in range(200):
@@ -294,8 +305,8 @@ def test_rejected_vector_step_changes_nothing() -> None:
     assert states_equal(replay.state_dict(include_memory=True), before)  # converter flags included
     with pytest.raises(ValueError, match="num_envs should be at most num_streams=2"):
         PrioritizedReplay(16, (2,), num_streams=2).add_vector_step(
-            np.zeros((3, 2)), [0, 0, 0], [0.0] * 3, np.zeros(3, bool), np.zeros(3, bool), np.zeros((3, 2)), {},
-            gamma=0.9,
+            np.zeros((3, 2)), [0, 0, 0], [0.0] * 3, np.zeros(3, bool), np.zeros(3, bool),
+            np.zeros((3, 2)), {}, gamma=0.9,
         )  # fmt: skip
 
 

@@ -214,7 +214,7 @@ class ReplayMemory:
         capacity: int,
         obs_shape: tuple[int, ...] | Mapping[str, tuple[int, ...]],
         *,
-        obs_dtype: npt.DTypeLike | Mapping[str, npt.DTypeLike] = None,
+        obs_dtype: npt.DTypeLike | Mapping[str, npt.DTypeLike] | None = None,
         frame_stack: int = 1,
         action_shape: tuple[int, ...] = (),
         action_dtype: npt.DTypeLike = np.int64,
@@ -251,14 +251,14 @@ class ReplayMemory:
                 )
             self.obs_keys = keys
             self.obs_shape: Any = {k: as_shape(obs_shape[k], f"obs_shape[{k!r}]") for k in keys}
-            if isinstance(obs_dtype, Mapping):
-                if set(obs_dtype) != set(keys):
+            if isinstance(obs_dtype, Mapping) and not isinstance(obs_dtype, np.dtype):
+                dtypes: Mapping[str, Any] = obs_dtype
+                if set(dtypes) != set(keys):
                     raise ValueError(
-                        f"obs_dtype should have the keys of obs_shape {list(keys)}, but got {list(obs_dtype)}"
+                        f"obs_dtype should have the keys of obs_shape {list(keys)}, but got {list(dtypes)}"
                     )
                 self._declared = {
-                    k: None if obs_dtype[k] is None else as_dtype(obs_dtype[k], f"obs_dtype[{k!r}]")
-                    for k in keys
+                    k: None if dtypes[k] is None else as_dtype(dtypes[k], f"obs_dtype[{k!r}]") for k in keys
                 }
             else:
                 one = None if obs_dtype is None else as_dtype(obs_dtype, "obs_dtype")
@@ -315,7 +315,8 @@ class ReplayMemory:
     # -- observation storage ---------------------------------------------------------------------
     @staticmethod
     def _full_dtype(declared: Any) -> DTypes:
-        return dict(declared) if isinstance(declared, dict) else declared  # type: ignore[no-any-return]
+        full: DTypes = dict(declared) if isinstance(declared, dict) else declared
+        return full
 
     def _allocate(self, dtype: DTypes) -> _Storage:
         """New storage for observations of ``dtype`` (warns first when it will not fit)."""
@@ -679,7 +680,8 @@ class ReplayMemory:
         if self.frame_pool is not None:
             obs_a = self.frame_pool.as_words(obs_a)
             next_a = self.frame_pool.as_words(next_a)
-            obs_rows, next_rows = obs_a, next_a
+            obs_rows: Any = obs_a
+            next_rows: Any = next_a
         else:
             obs_rows = [{k: v[i] for k, v in obs_a.items()} for i in range(n)]
             next_rows = [{k: v[i] for k, v in next_a.items()} for i in range(n)]
@@ -1041,7 +1043,8 @@ class ReplayMemory:
             assert isinstance(declared, dict)
             if not isinstance(value, dict) or set(value) != set(self.obs_keys):
                 raise ValueError(
-                    f"state_dict config obs_dtype should be a dict with keys {list(self.obs_keys)}, but got {value!r}"
+                    f"state_dict config obs_dtype should be a dict with keys {list(self.obs_keys)}, "
+                    f"but got {value!r}"
                 )
             dtype = {k: _state_dtype(value[k], declared[k], f"obs_dtype[{k!r}]") for k in self.obs_keys}
         if self._storage is not None and self._same_dtype(dtype):
@@ -1050,12 +1053,14 @@ class ReplayMemory:
             capacity = None if self.obs_keys is not None else self._frame_capacity_for(dtype)
             if not same_config_value(config["frame_capacity"], capacity):
                 raise ValueError(
-                    f"state_dict config frame_capacity should be {capacity!r}, but got {config['frame_capacity']!r}"
+                    f"state_dict config frame_capacity should be {capacity!r}, "
+                    f"but got {config['frame_capacity']!r}"
                 )
             storage = self._allocate(dtype)
         if not same_config_value(config["frame_capacity"], storage.frame_capacity):
             raise ValueError(
-                f"state_dict config frame_capacity should be {storage.frame_capacity!r}, but got {config['frame_capacity']!r}"
+                f"state_dict config frame_capacity should be {storage.frame_capacity!r}, "
+                f"but got {config['frame_capacity']!r}"
             )
         return storage
 
@@ -1176,7 +1181,8 @@ class ReplayMemory:
         num_envs = converter.get("num_envs") if isinstance(converter, dict) else None
         if type(num_envs) is not int or not 1 <= num_envs <= self.num_streams:
             raise ValueError(
-                f"state_dict vector converter num_envs should lie in [1, {self.num_streams}], but got {num_envs!r}"
+                f"state_dict vector converter num_envs should lie in [1, {self.num_streams}], "
+                f"but got {num_envs!r}"
             )
         try:
             made = VectorStepConverter(num_envs, autoreset_mode=configured)
@@ -1266,6 +1272,6 @@ class ReplayMemory:
                 fail(key, f"should be finite in live slots, but got {key}[{j}]={column[j]!r}")
         if storage is not None and pool is None:
             for key in storage.columns:
-                if key.startswith("stream_next_obs.") and a[key].dtype.kind in "fc":
-                    if not np.isfinite(a[key][stream_live]).all():
-                        fail(key, "should be finite for streams with transitions")
+                floats = key.startswith("stream_next_obs.") and a[key].dtype.kind in "fc"
+                if floats and not np.isfinite(a[key][stream_live]).all():
+                    fail(key, "should be finite for streams with transitions")

@@ -60,7 +60,7 @@ class PrioritizedReplay:
         obs_shape: tuple[int, ...] | Mapping[str, tuple[int, ...]],
         *,
         frame_stack: int = 1,
-        obs_dtype: npt.DTypeLike | Mapping[str, npt.DTypeLike] = None,
+        obs_dtype: npt.DTypeLike | Mapping[str, npt.DTypeLike] | None = None,
         action_shape: tuple[int, ...] = (),
         action_dtype: npt.DTypeLike = np.int64,
         num_streams: int = 1,
