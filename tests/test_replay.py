@@ -327,10 +327,12 @@ def test_validation_errors_change_nothing() -> None:
 
 def test_atari_footprint_per_transition() -> None:
     """84x84 uint8 frames, frame_stack 4: one 7056-byte frame per transition plus a few percent."""
-    memory = ReplayMemory(20_000, (84, 84), frame_stack=4)
+    memory = ReplayMemory(20_000, (84, 84), frame_stack=4, obs_dtype=np.uint8)
     per_transition = memory.nbytes / memory.capacity
     assert 84 * 84 < per_transition < 84 * 84 * 1.02 + 120
-    replay = PrioritizedReplay(20_000, (84, 84), frame_stack=4)
+    lazy = ReplayMemory(20_000, (84, 84), frame_stack=4)  # obs_dtype=None: no frames before the 1st add
+    assert lazy.nbytes < 100 * 20_000 and lazy.frame_pool is None
+    replay = PrioritizedReplay(20_000, (84, 84), frame_stack=4, obs_dtype=np.uint8)
     assert replay.nbytes - memory.nbytes < 60 * 20_000  # sampler and draw record: bytes per slot
 
 

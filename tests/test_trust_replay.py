@@ -20,6 +20,21 @@ from tests.state_fuzz import check_load, corrupted_states, states_equal
 from tests.test_replay import FRAME, Recorder
 
 CAPACITY = 10
+EXTRAS = {"log_prob": ((), np.float32), "mask": ((2,), np.bool_)}
+
+
+def with_extras(add: Callable[..., Any], seed: int) -> Callable[..., Any]:
+    """``add`` with random values for :data:`EXTRAS` (for memories that declare them)."""
+    rng = np.random.default_rng(seed)
+
+    def adder(*args: Any, **kwargs: Any) -> Any:
+        return add(*args, **kwargs, log_prob=np.float32(rng.normal()), mask=rng.random(2) < 0.5)
+
+    return adder
+
+
+def adder_of(memory: ReplayMemory, add: Callable[..., Any]) -> Callable[..., Any]:
+    return with_extras(add, seed=len(memory)) if memory.extras else add
 
 
 # -- memories to corrupt: frame_stack 1 and 4, several streams, wrapped around ------------------------
@@ -36,6 +51,20 @@ def _built(name: str) -> ReplayMemory:
             end = bool(rng.random() < 0.2)
             memory.add(obs, rng.normal(size=2), float(rng.normal()), 0.99, next_obs, episode_end=end)
             obs = np.repeat(rng.normal(size=(1, 3)).astype(np.float32), 2, axis=0) if end else next_obs
+        return memory
+    if name == "nstep3":  # n-step windows and extras: the accumulator's state and extra columns
+        memory = ReplayMemory(
+            CAPACITY,
+            FRAME,
+            frame_stack=4,
+            num_streams=2,
+            n_step=3,
+            extras=EXTRAS,
+            frame_capacity=2 * 4 * 3 + 9,
+        )
+        recorder = Recorder(with_extras(memory.add, seed=0), 4, 2, seed=4, end_prob=0.2)
+        for _ in range(37):
+            recorder.step()
         return memory
     stack, streams, spare = {"stack1": (1, 2, None), "stack4": (4, 3, 8)}[name]
     # stack4: a pool 8 frames above the reserve, so old transitions are also evicted early
@@ -68,8 +97,9 @@ def random_adds(memory: ReplayMemory, add: Callable[..., Any], seed: int, n: int
             return rng.normal(size=size).astype(dtype)
         return rng.integers(0, 256, size=size).astype(dtype)
 
+    add = adder_of(memory, add)
     for _ in range(n):
-        live = np.flatnonzero(memory.valid(np.arange(memory.capacity)))
+        live = np.flatnonzero(memory.drawable(np.arange(memory.capacity)))
         if live.shape[0] and rng.random() < 0.5:
             obs = memory.get([int(rng.choice(live))])["next_obs"][0].copy()
         else:
@@ -97,19 +127,20 @@ def random_adds(memory: ReplayMemory, add: Callable[..., Any], seed: int, n: int
 def check_free_rows_unused(memory: ReplayMemory) -> None:
     """Naive reference for ``check_valid``'s pool invariants: the rows the next adds will take are
     used by no live transition and no stream's last stack, and each row is counted once per use."""
+    state = memory.state_dict(copy=False)
     uses = [0] * memory.frame_capacity
     for slot in range(memory.capacity):
         if memory.valid([slot])[0]:
-            for row in [*memory._obs_rows[slot], *memory._next_rows[slot]]:
+            for row in [*state["obs_rows"][slot], *state["next_rows"][slot]]:
                 uses[row] += 1
     for stream in range(memory.num_streams):
-        if memory._stream_live[stream]:
-            for row in [*memory._stream_obs[stream], *memory._stream_next[stream]]:
+        if state["stream_live"][stream]:
+            for row in [*state["stream_obs"][stream], *state["stream_next"][stream]]:
                 uses[row] += 1
-    free = memory._free[: memory._nfree].tolist()
+    free = state["free"][: state["nfree"]].tolist()
     assert len(set(free)) == len(free)
     assert sorted(free) == [row for row, n in enumerate(uses) if n == 0]
-    assert memory._refs.tolist() == uses
+    assert state["refs"].tolist() == uses
 
 
 def check_memory_consistent(memory: ReplayMemory, add: Callable[..., Any] | None = None) -> None:
@@ -117,13 +148,13 @@ def check_memory_consistent(memory: ReplayMemory, add: Callable[..., Any] | None
     later adds leave the frames of the transitions that stay live exactly as they were."""
     memory.check_valid()
     check_free_rows_unused(memory)
-    slots = np.flatnonzero(memory.valid(np.arange(memory.capacity)))
-    assert slots.shape[0] == len(memory)
+    assert np.flatnonzero(memory.valid(np.arange(memory.capacity))).shape[0] == len(memory)
+    slots = np.flatnonzero(memory.drawable(np.arange(memory.capacity)))
     before = {key: value.copy() for key, value in memory.get(slots).items()}
     random_adds(memory, add or memory.add, seed=len(memory))
     memory.check_valid()
     check_free_rows_unused(memory)
-    still = memory.valid(slots) & (memory.generations(slots) == before["generation"])
+    still = memory.drawable(slots) & (memory.generations(slots) == before["generation"])
     after = memory.get(slots[still])
     for key, value in before.items():
         assert after[key].tobytes() == value[still].tobytes(), key
@@ -182,7 +213,7 @@ def test_inconsistent_bookkeeping_is_rejected(edit: Callable[[dict[str, Any]], A
 @pytest.mark.parametrize(
     ("key", "value", "error", "match"),
     [
-        ("version", True, ValueError, "version should be 1"),
+        ("version", True, ValueError, r"version should be one of \(1, 2\)"),
         ("tail", 2.0, TypeError, "state_dict tail should be an integer"),
         ("nfree", 3.5, TypeError, "state_dict nfree should be an integer"),
         ("unexpected", 0, ValueError, "state_dict has the unexpected key 'unexpected'"),
@@ -203,8 +234,8 @@ def test_config_must_match_exactly() -> None:
     state = memory.state_dict()
     assert_rejected(memory, {**state, "config": {**state["config"], "capacity": True}}, ValueError,
                     "config capacity should be 1")  # fmt: skip
-    assert_rejected(memory, {**state, "config": {**state["config"], "n_step": 3}}, ValueError,
-                    "config has the unexpected key 'n_step'")  # fmt: skip
+    assert_rejected(memory, {**state, "config": {**state["config"], "n_steps": 3}}, ValueError,
+                    "config has the unexpected key 'n_steps'")  # fmt: skip
     lists = {**state["config"], "obs_shape": [2], "action_shape": []}  # a JSON round trip
     memory.load_state_dict({**state, "config": lists})
 
@@ -228,7 +259,7 @@ def test_check_valid_holds_through_adds_and_reports_a_broken_count() -> None:
     for _ in range(40):
         recorder.step()
         memory.check_valid()
-    memory._refs[_used_row(memory)] += 1
+    memory.frame_pool._refs[_used_row(memory)] += 1
     with pytest.raises(ValueError, match=r"^refs should count"):
         memory.check_valid()
 
@@ -335,7 +366,7 @@ def _foreign_states() -> list[Any]:
 
 @settings(max_examples=90)
 @given(data=st.data())
-@pytest.mark.parametrize("name", ["stack1", "stack4", "float"])
+@pytest.mark.parametrize("name", ["stack1", "stack4", "float", "nstep3"])
 def test_corrupted_memory_states(name: str, data: st.DataObject) -> None:
     memory = memory_copy(name)
     twin = copy.deepcopy(memory)

@@ -1,0 +1,36 @@
+"""Replay memory for RL loops: ring storage of transitions with shared frames, and prioritized replay.
+
+One job per module:
+
+``frames``
+    :class:`FramePool`: each distinct frame stored once, reference-counted; stacks rebuilt by
+    gather.
+``memory``
+    :class:`ReplayMemory`: the ring of the last ``capacity`` transitions (per-transition columns,
+    generations, streams) over a frame pool.
+``batch``
+    :class:`ReplayBatch`: the typed batch a read returns.
+``prioritized``
+    :class:`PrioritizedReplay`: a memory and a :class:`~prisample.PrioritizedSampler` over its
+    slots (Schaul et al. 2016, Algorithm 1), joined by the memory's public methods.
+"""
+
+from prisample.replay._checks import warn_if_too_large as _warn_if_too_large
+from prisample.replay.batch import ReplayBatch
+from prisample.replay.frames import FramePool
+from prisample.replay.memory import STATE_VERSION, CheckedState, Inserted, ReplayMemory
+from prisample.replay.prioritized import REPLAY_STATE_VERSION, PrioritizedReplay
+from prisample.vector_env import VectorStepConverter
+
+__all__ = [
+    "REPLAY_STATE_VERSION",
+    "STATE_VERSION",
+    "CheckedState",
+    "FramePool",
+    "Inserted",
+    "PrioritizedReplay",
+    "ReplayBatch",
+    "ReplayMemory",
+    "VectorStepConverter",
+    "_warn_if_too_large",
+]

@@ -1,0 +1,66 @@
+"""The typed batch a replay memory returns: transitions as arrays, also readable by key."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FIELDS = ("obs", "action", "reward", "discount", "next_obs", "generation")
+
+# An observation batch: an array, or a dict name -> array for dict observations.
+Obs = Any
+
+
+@dataclass(frozen=True, eq=False)
+class ReplayBatch(Mapping[str, Any]):
+    """``k`` transitions ``(s_t, a_t, r, γ, s')`` read from a replay memory.
+
+    With ``n_step = n`` the reward and discount are the window's (``Σ_{k<m} (Π_{j<k} γ_{t+j})
+    r_{t+k}`` and ``Π_{k<m} γ_{t+k}``) and ``next_obs`` is ``s_{t+m}``; with ``n = 1`` they are
+    the transition's own ``r_t``, ``γ_t``, ``s_{t+1}``.  ``obs``/``next_obs`` are arrays, or dicts
+    of arrays for dict observations; they may be views of one array, so write to copies.
+
+    Also a read-only mapping for code written against dict batches: ``batch["obs"]``, and
+    ``batch["log_prob"]`` for an extra, iterate the fields then the extras.
+
+    >>> import numpy as np
+    >>> b = ReplayBatch(np.zeros((1, 2)), np.zeros(1, np.int64), np.ones(1, np.float32),
+    ...                 np.ones(1, np.float32), np.zeros((1, 2)), np.zeros(1, np.int64),
+    ...                 {"log_prob": np.zeros(1, np.float32)})
+    >>> b.reward is b["reward"], list(b)
+    (True, ['obs', 'action', 'reward', 'discount', 'next_obs', 'generation', 'log_prob'])
+    """
+
+    obs: Obs
+    """``s_t``: ``(k, frame_stack, *obs_shape)``, ``(k, *obs_shape)`` for ``frame_stack = 1``."""
+    action: npt.NDArray[Any]
+    """``a_t``: ``(k, *action_shape)``."""
+    reward: npt.NDArray[np.float32]
+    """The (n-step) reward, float32."""
+    discount: npt.NDArray[np.float32]
+    """The (n-step) discount ``Γ``, float32: the target is ``reward + discount · V(next_obs)``."""
+    next_obs: Obs
+    """``s_{t+m}``, like ``obs``."""
+    generation: npt.NDArray[np.int64]
+    """Number of each start transition (int64): pass to ``update_priorities(generations=...)``."""
+    extras: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+    """Per-transition extras by name (the start transition's), ``(k, *shape)`` each."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key in FIELDS:
+            return getattr(self, key)
+        try:
+            return self.extras[key]
+        except KeyError:
+            raise KeyError(f"batch has no field or extra {key!r}; it has {list(self)}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        yield from FIELDS
+        yield from self.extras
+
+    def __len__(self) -> int:
+        return len(FIELDS) + len(self.extras)

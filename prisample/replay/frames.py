@@ -1,0 +1,351 @@
+"""Frame pool: every distinct frame stored once, reference-counted, stacks rebuilt by gather.
+
+A stack of ``frame_stack`` frames (Atari: four 84x84 frames) is held as ``frame_stack`` pool rows.
+:meth:`FramePool.store` stores one transition's ``s_t`` and ``s_{t+1}`` stacks for a stream, sharing
+every frame whose bytes equal a frame of the stream's last stacks (or of the other stack), and
+writes the rows into the caller's per-transition row tables::
+
+    frame pool   rows:  ... | f_{t-3} | f_{t-2} | f_{t-1} | f_t | f_{t+1} | ...   (one copy each)
+                               ▲          ▲         ▲       ▲       ▲
+    obs_rows[i]  = [row(f_{t-3}), row(f_{t-2}), row(f_{t-1}), row(f_t)]           s_t
+    next_rows[i] = [row(f_{t-2}), row(f_{t-1}), row(f_t), row(f_{t+1})]           s_{t+1}
+
+Each row carries a reference count (the stacks in the tables and the streams' last stacks that
+use it) and returns to a free list when it reaches zero, so a stored stack can never see a frame
+that was overwritten.  The pool does not decide which transitions leave: :meth:`store` may release
+the stacks of the table entries the caller names as reclaimable (oldest first), and reports how
+many it released.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+
+# The pool state's arrays, each the attribute ``_<name>``.
+POOL_ARRAYS = ("frames", "refs", "free", "stream_obs", "stream_next", "stream_live")
+
+
+@numba.njit(cache=True)
+def _release(refs: np.ndarray, free: np.ndarray, nfree: int, rows: np.ndarray) -> int:
+    for j in range(rows.shape[0]):
+        row = rows[j]
+        refs[row] -= 1
+        if refs[row] == 0:
+            free[nfree] = row
+            nfree += 1
+    return nfree
+
+
+@numba.njit(cache=True)
+def _release_all(refs: np.ndarray, free: np.ndarray, nfree: int, rows: np.ndarray) -> int:
+    for i in range(rows.shape[0]):
+        nfree = _release(refs, free, nfree, rows[i])
+    return nfree
+
+
+@numba.njit(cache=True)
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    for i in range(a.shape[0]):  # noqa: SIM110 (numba compiles the loop, not a generator)
+        if a[i] != b[i]:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _shifted(frames: np.ndarray, rows: np.ndarray, stack: np.ndarray) -> bool:
+    """Whether frames ``rows[1:]`` equal ``stack[:-1]`` (a stack moved on by one frame)."""
+    for j in range(stack.shape[0] - 1):  # noqa: SIM110 (numba compiles the loop, not a generator)
+        if not _equal(frames[rows[j + 1]], stack[j]):
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _plan_full(stack: np.ndarray, codes: np.ndarray, sources: np.ndarray, n_new: int, which: int) -> int:
+    """Codes for a stack stored anew; repeated frames (a reset stack) share one row."""
+    for j in range(stack.shape[0]):
+        if j > 0 and _equal(stack[j], stack[j - 1]):
+            codes[j] = codes[j - 1]
+        else:
+            sources[n_new, 0], sources[n_new, 1] = which, j
+            n_new += 1
+            codes[j] = -n_new
+    return n_new
+
+
+@numba.njit(cache=True)
+def _store_kernel(
+    frames: np.ndarray,
+    refs: np.ndarray,
+    free: np.ndarray,
+    nfree: int,
+    obs_rows: np.ndarray,
+    next_rows: np.ndarray,
+    stream_obs: np.ndarray,
+    stream_next: np.ndarray,
+    stream_live: np.ndarray,
+    obs: np.ndarray,
+    next_obs: np.ndarray,
+    stream: int,
+    tail: int,
+    head: int,
+    released: np.ndarray,
+) -> tuple[int, int, int, int, bool]:
+    """Store one transition's stacks (frames as machine words, one row per frame) in table entry
+    ``head`` (row ``head % len(table)``).
+
+    A pool row is shared when its bytes equal the frame: ``obs`` equal to the stream's last
+    ``next_obs`` or its last ``obs`` moved on by one frame, ``next_obs`` equal to ``obs`` (or the
+    last ``next_obs``) moved on by one frame, repeated frames in a stack.  Codes ``>= 0`` are
+    shared rows, ``-i-1`` the ``i``-th new frame.  Releases table entries ``tail, tail + 1, ...``
+    (below ``head``): the one being written, then more until the new frames fit.  Returns
+    ``(table row written, nfree, tail, number released, obs continued the stream)``.
+    """
+    stack, capacity = obs.shape[0], obs_rows.shape[0]
+    live = stream_live[stream]
+    last_obs, last_next = stream_obs[stream], stream_next[stream]
+    obs_codes = np.empty(stack, dtype=np.int64)
+    next_codes = np.empty(stack, dtype=np.int64)
+    sources = np.empty((2 * stack, 2), dtype=np.int64)  # (0: obs / 1: next_obs, frame index)
+    n_new = 0
+    continued = live
+    if live:
+        for j in range(stack):
+            if not _equal(frames[last_next[j]], obs[j]):
+                continued = False
+                break
+    if continued:
+        obs_codes[:] = last_next
+    elif live and stack > 1 and _shifted(frames, last_obs, obs):  # n-step: obs moved on by one
+        obs_codes[: stack - 1] = last_obs[1:]
+        sources[0, 0], sources[0, 1] = 0, stack - 1
+        n_new = 1
+        obs_codes[stack - 1] = -1
+        continued = True
+    else:
+        n_new = _plan_full(obs, obs_codes, sources, n_new, 0)
+    one_new = True  # next_obs = a stack moved on by one frame: only its newest frame is new
+    for j in range(stack - 1):
+        if not _equal(next_obs[j], obs[j + 1]):
+            one_new = False
+            break
+    if one_new:
+        next_codes[: stack - 1] = obs_codes[1:]
+    elif live and _shifted(frames, last_next, next_obs):  # n-step: last next_obs moved on by one
+        next_codes[: stack - 1] = last_next[1:]
+        one_new = True
+    else:
+        n_new = _plan_full(next_obs, next_codes, sources, n_new, 1)
+    if one_new:
+        sources[n_new, 0], sources[n_new, 1] = 1, stack - 1
+        n_new += 1
+        next_codes[stack - 1] = -n_new
+    n_released = 0
+    while tail < head and (head - tail >= capacity or nfree < n_new):
+        entry = tail % capacity
+        nfree = _release(refs, free, nfree, obs_rows[entry])
+        nfree = _release(refs, free, nfree, next_rows[entry])
+        released[n_released] = entry
+        n_released += 1
+        tail += 1
+    if nfree < n_new:  # never: the pool reserves two stacks per stream and two for this transition
+        raise RuntimeError("frame pool exhausted")
+    rows = np.empty(n_new, dtype=np.int64)
+    for i in range(n_new):
+        nfree -= 1
+        rows[i] = free[nfree]
+        frames[rows[i]] = obs[sources[i, 1]] if sources[i, 0] == 0 else next_obs[sources[i, 1]]
+    entry = head % capacity
+    for j in range(stack):
+        code = obs_codes[j]
+        obs_rows[entry, j] = code if code >= 0 else rows[-code - 1]
+        code = next_codes[j]
+        next_rows[entry, j] = code if code >= 0 else rows[-code - 1]
+        refs[obs_rows[entry, j]] += 2  # the transition's reference and the stream's
+        refs[next_rows[entry, j]] += 2
+    if live:
+        nfree = _release(refs, free, nfree, last_obs)
+        nfree = _release(refs, free, nfree, last_next)
+    stream_obs[stream] = obs_rows[entry]
+    stream_next[stream] = next_rows[entry]
+    stream_live[stream] = True
+    return entry, nfree, tail, n_released, continued
+
+
+def reserve_rows(frame_stack: int, num_streams: int) -> int:
+    """Rows the pool always keeps: the streams' last stacks and one new transition's two stacks."""
+    return 2 * frame_stack * (num_streams + 1)
+
+
+class FramePool:
+    """``frame_capacity`` frames of ``frame_shape`` and ``dtype``, each held once with a reference
+    count, and per stream the rows of its last ``obs`` and ``next_obs`` stacks (see the module).
+
+    Frames are compared and copied as the widest machine words that divide their size
+    (:meth:`as_words`).  Reading: :meth:`gather` (frames of any array of rows).  Writing:
+    :meth:`store` (a transition's two stacks), :meth:`release` (drop references to rows).
+    """
+
+    def __init__(
+        self, frame_capacity: int, frame_shape: tuple[int, ...], dtype: np.dtype[Any], frame_stack: int,
+        num_streams: int,
+    ) -> None:  # fmt: skip
+        self.frame_capacity = frame_capacity
+        self.frame_shape = frame_shape
+        self.dtype = dtype
+        self.frame_stack = frame_stack
+        self.num_streams = num_streams
+        f, stack = frame_capacity, frame_stack
+        self.frame_nbytes = dtype.itemsize * math.prod(frame_shape)
+        self._frames = np.zeros((f, *frame_shape), dtype=dtype)
+        words = (np.dtype(np.uint64), np.dtype(np.uint32), np.dtype(np.uint16), np.dtype(np.uint8))
+        self._word = next(w for w in words if self.frame_nbytes % w.itemsize == 0)
+        self._frame_words = self._frames.reshape(f, -1).view(self._word)
+        self._refs = np.zeros(f, dtype=np.int32)
+        self._free = np.arange(f - 1, -1, -1, dtype=np.int32)  # a stack: rows 0, 1, ... go first
+        self._nfree = f
+        self._stream_obs = np.zeros((num_streams, stack), dtype=np.int32)
+        self._stream_next = np.zeros((num_streams, stack), dtype=np.int32)
+        self._stream_live = np.zeros(num_streams, dtype=np.bool_)
+
+    # -- reads ----------------------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        """Rows on the free list."""
+        return self._nfree
+
+    @property
+    def num_used(self) -> int:
+        """Rows in use (by the tables' stacks and the streams' last stacks)."""
+        return self.frame_capacity - self._nfree
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.state_arrays().values())
+
+    def stream_live(self, stream: int) -> bool:
+        """Whether ``stream`` has last stacks (a transition was stored on it)."""
+        return bool(self._stream_live[stream])
+
+    def gather(self, rows: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """The frames of ``rows`` (any shape of row numbers): shape ``(*rows.shape, *frame_shape)``."""
+        frames: npt.NDArray[Any] = self._frames[rows]
+        return frames
+
+    def as_words(self, stacks: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """C-contiguous stacks of ``dtype`` (``(..., frame_stack, *frame_shape)``) viewed as machine
+        words ``(..., frame_stack, words per frame)``: what :meth:`store` takes."""
+        lead = stacks.shape[: stacks.ndim - len(self.frame_shape) - (self.frame_stack > 1)]
+        return stacks.reshape(*lead, self.frame_stack, -1).view(self._word)
+
+    # -- writes ---------------------------------------------------------------------------------
+    def store(
+        self,
+        obs_words: npt.NDArray[Any],
+        next_words: npt.NDArray[Any],
+        stream: int,
+        obs_rows: npt.NDArray[np.int32],
+        next_rows: npt.NDArray[np.int32],
+        tail: int,
+        head: int,
+        released: IntArray,
+    ) -> tuple[int, int, int, bool]:
+        """Store ``s_t``/``s_{t+1}`` (:meth:`as_words`) of ``stream`` in entry ``head`` of the row
+        tables ``obs_rows``/``next_rows`` (row ``head % len(obs_rows)``); they become the stream's
+        last stacks.
+
+        Entries ``tail .. head - 1`` (oldest first) are reclaimable: the one at the written row, if
+        any (``head - tail >= len(obs_rows)``), and then as many as the new frames need are
+        released; their table rows go to ``released`` (at least ``len(obs_rows) + 1`` long).
+        Returns ``(table row written, new tail, number released, obs continued the stream)``.
+        """
+        entry, self._nfree, tail, n, continued = _store_kernel(
+            self._frame_words, self._refs, self._free, self._nfree, obs_rows, next_rows,
+            self._stream_obs, self._stream_next, self._stream_live,
+            obs_words, next_words, stream, tail, head, released,
+        )  # fmt: skip
+        return entry, tail, n, continued
+
+    def release(self, rows: npt.NDArray[np.int32]) -> None:
+        """Drop one reference to each row of ``rows`` (``(k, frame_stack)``, the stacks of ``k``
+        transitions leaving); rows no longer used return to the free list."""
+        self._nfree = _release_all(self._refs, self._free, self._nfree, rows.reshape(-1, self.frame_stack))
+
+    # -- checkpointing --------------------------------------------------------------------------
+    def state_arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """The pool's arrays by state name (the live arrays: copy before keeping them)."""
+        return {name: getattr(self, f"_{name}") for name in POOL_ARRAYS}
+
+    def commit_state(self, arrays: dict[str, npt.NDArray[Any]], nfree: int) -> None:
+        """Assign arrays :meth:`check_state` accepted (cannot fail: dtypes and shapes match)."""
+        for name in POOL_ARRAYS:
+            getattr(self, f"_{name}")[...] = arrays[name]
+        self._nfree = nfree
+
+    def check_state(
+        self, a: dict[str, npt.NDArray[Any]], nfree: int, stacks: list[npt.NDArray[Any]], prefix: str
+    ) -> None:
+        """Raise ``ValueError`` naming the key unless the pool arrays ``a`` and ``nfree`` are
+        consistent with the stacks ``stacks`` (arrays of rows) that the caller's live entries use:
+        rows in range, each row's count its number of uses (those stacks and the live streams'
+        last stacks), the free list exactly the unused rows, used float frames finite."""
+        f = self.frame_capacity
+
+        def fail(key: str, message: str) -> None:
+            raise ValueError(f"{prefix}{key} {message}")
+
+        for key in ("stream_obs", "stream_next", "free"):
+            rows = a[key]
+            bad = (rows < 0) | (rows >= f)
+            if bad.any():
+                where = np.unravel_index(int(np.argmax(bad)), rows.shape)
+                index = "".join(f"[{i}]" for i in where)
+                fail(key, f"should hold frame rows in [0, {f}), but got {key}{index}={rows[where]}")
+        stream_live = a["stream_live"]
+        uses = np.concatenate(
+            [*(s.ravel() for s in stacks), a["stream_obs"][stream_live].ravel(),
+             a["stream_next"][stream_live].ravel()]
+        )  # fmt: skip
+        count = np.bincount(uses, minlength=f)
+        refs = a["refs"]
+        if not np.array_equal(refs, count):
+            j = int(np.argmax(refs != count))
+            fail("refs", f"should count the uses of each frame row by live transitions and streams, "
+                         f"but got refs[{j}]={refs[j]} for {count[j]} uses")  # fmt: skip
+        unused = np.flatnonzero(count == 0)
+        if nfree != unused.shape[0]:
+            fail(
+                "nfree",
+                f"should be the number of unused frame rows ({unused.shape[0]}), but got nfree={nfree}",
+            )
+        listed = np.sort(a["free"][:nfree])
+        if not np.array_equal(listed, unused):
+            twice = np.flatnonzero(listed[1:] == listed[:-1])
+            if twice.shape[0]:
+                fail("free", f"should list each unused row once, but got row {listed[twice[0]]} twice")
+            row = int(listed[np.argmax(count[listed] > 0)])
+            fail("free", f"should list only unused frame rows, but got row {row}, used {count[row]} times")
+        if self.dtype.kind in "fc":
+            used_rows = np.flatnonzero(count)
+            finite = np.isfinite(
+                a["frames"][used_rows].reshape(used_rows.shape[0], math.prod(self.frame_shape))
+            ).all(axis=1)
+            if not finite.all():
+                row = int(used_rows[np.argmin(finite)])
+                fail("frames", f"should be finite in used rows, but got frames[{row}]={a['frames'][row]!r}")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_frame_words"]  # a view of _frames: pickling and deepcopy would detach it
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._frame_words = self._frames.reshape(self.frame_capacity, -1).view(self._word)

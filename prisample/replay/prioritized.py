@@ -1,0 +1,325 @@
+"""Prioritized replay: a replay memory and a prioritized sampler over its slots, joined by the
+memory's public methods only (Schaul et al. 2016, Algorithm 1)."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from prisample._validation import as_indices, as_priorities, check_positive_int
+from prisample.replay._checks import as_state_array, check_keys
+from prisample.replay.batch import ReplayBatch
+from prisample.replay.memory import CheckedState, Inserted, ReplayMemory
+from prisample.sampler import Draw, PrioritizedSampler
+from prisample.weights import LinearSchedule, WeightNorm
+
+# PrioritizedReplay's state; 2 adds memory_head and memory_tail (the memory it was saved with).
+REPLAY_STATE_VERSION = 2
+_LOADABLE_REPLAY_VERSIONS = (1, 2)
+
+IntArray = npt.NDArray[np.int64]
+
+
+class PrioritizedReplay:
+    """A :class:`ReplayMemory` and a :class:`~prisample.PrioritizedSampler` over its slots.
+
+    Implements the replay side of Schaul et al. (2016), Algorithm 1: a new transition enters at
+    the maximum priority of the memory (line 6), batches are drawn with ``P(i) = p_i^α / Σ_k
+    p_k^α`` (Eq. 1) and come with importance weights ``w_i = (N · P(i))^-β / max_j w_j``
+    (Sec. 3.4), and ``|δ_i|`` updates the drawn slots (line 12).  A slot leaves the sampler the
+    moment its transition is evicted, so a draw only ever returns live transitions.
+
+    Priority updates for rewritten slots are dropped (a TD error computed for an evicted
+    transition must not land on its successor; ray-project/ray#6534).  ``sample`` records, per
+    slot, the generation (transition number) it held when last drawn, and puts it in
+    ``batch["generation"]``.  :meth:`update_priorities` applies an entry only if its slot is live
+    and still holds that generation: the one passed in ``generations=`` (exact), or else the one
+    recorded at the slot's most recent draw.  Without ``generations=``, a stale update that
+    arrives after its slot was rewritten *and drawn again* cannot be told from a fresh one; pass
+    ``generations=batch["generation"]`` when updates may lag behind later draws.
+
+    >>> import numpy as np
+    >>> replay = PrioritizedReplay(4, (3,), obs_dtype=np.float32, alpha=1.0, beta=1.0, seed=0)
+    >>> for t in range(6):
+    ...     slot = replay.add(np.full(3, t), t % 2, 1.0, 0.99, np.full(3, t + 1))
+    >>> len(replay), slot
+    (4, 1)
+    >>> batch, draw = replay.sample(2)
+    >>> batch["obs"].shape, draw.weights.dtype.name
+    ((2, 3), 'float32')
+    >>> replay.update_priorities(draw.indices, [0.5, 2.0])
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...] | Mapping[str, tuple[int, ...]],
+        *,
+        frame_stack: int = 1,
+        obs_dtype: npt.DTypeLike | Mapping[str, npt.DTypeLike] | None = None,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: npt.DTypeLike = np.int64,
+        num_streams: int = 1,
+        frame_capacity: int | None = None,
+        n_step: int = 1,
+        extras: Mapping[str, tuple[tuple[int, ...], npt.DTypeLike]] | None = None,
+        alpha: float = 0.6,
+        beta: float | LinearSchedule = 0.4,
+        eps: float = 1e-6,
+        backend: str = "proportional",
+        weight_norm: WeightNorm = "memory",
+        seed: int | None = None,
+    ) -> None:
+        self.sampler = PrioritizedSampler(
+            check_positive_int(capacity, "capacity"), alpha=alpha, beta=beta, eps=eps,
+            backend=backend, weight_norm=weight_norm, size=0, seed=seed,
+        )  # fmt: skip
+        self.memory = ReplayMemory(
+            capacity, obs_shape, obs_dtype=obs_dtype, frame_stack=frame_stack,
+            action_shape=action_shape, action_dtype=action_dtype, num_streams=num_streams,
+            frame_capacity=frame_capacity, n_step=n_step, extras=extras,
+        )  # fmt: skip
+        self._drawn = np.full(self.memory.capacity, -1, dtype=np.int64)  # generation at last draw
+        self.dropped_updates = 0
+
+    def __len__(self) -> int:
+        return len(self.memory)
+
+    @property
+    def capacity(self) -> int:
+        return self.memory.capacity
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the memory, the sampler and the draw record."""
+        return self.memory.nbytes + self.sampler.nbytes + self._drawn.nbytes
+
+    def add(
+        self,
+        obs: Any,
+        action: npt.ArrayLike,
+        reward: npt.ArrayLike,
+        discount: npt.ArrayLike,
+        next_obs: Any,
+        episode_end: bool = False,
+        stream: int = 0,
+        **extras: npt.ArrayLike,
+    ) -> int:
+        """Store a transition (see :meth:`ReplayMemory.add`); it enters at the maximum priority
+        (under n-step: once its window is complete)."""
+        done = self.memory.insert(obs, action, reward, discount, next_obs, episode_end=episode_end,
+                                  stream=stream, **extras)  # fmt: skip
+        self._admit(done)
+        return int(done.slots[0])
+
+    def add_many(
+        self,
+        obs: Any,
+        action: npt.ArrayLike,
+        reward: npt.ArrayLike,
+        discount: npt.ArrayLike,
+        next_obs: Any,
+        *,
+        episode_end: npt.ArrayLike | None = None,
+        streams: npt.ArrayLike | None = None,
+        **extras: npt.ArrayLike,
+    ) -> IntArray:
+        """:meth:`add` for ``n`` transitions at once (see :meth:`ReplayMemory.add_many`)."""
+        done = self.memory.insert_many(
+            obs, action, reward, discount, next_obs, episode_end=episode_end, streams=streams, **extras
+        )
+        self._admit(done)
+        return done.slots
+
+    def add_vector_step(
+        self,
+        obs: Any,
+        action: Any,
+        reward: npt.ArrayLike,
+        terminated: npt.ArrayLike,
+        truncated: npt.ArrayLike,
+        next_obs: Any,
+        infos: Mapping[str, Any],
+        *,
+        gamma: float,
+        autoreset_mode: Any = None,
+        **extras: npt.ArrayLike,
+    ) -> IntArray:
+        """Store one gymnasium vector-env step (see :meth:`ReplayMemory.add_vector_step`); the
+        new transitions enter at the maximum priority (under n-step: once complete)."""
+        done = self.memory.insert_vector_step(
+            obs, action, reward, terminated, truncated, next_obs, infos, gamma=gamma,
+            autoreset_mode=autoreset_mode, **extras,
+        )  # fmt: skip
+        self._admit(done)
+        return done.slots
+
+    def _admit(self, done: Inserted) -> None:
+        """The sampler's side of a write: evicted transitions leave, the new ones enter at the
+        maximum priority of what remains.
+
+        Transition by transition, in order: each enters at the maximum of the memory it joins.
+        """
+        slots, evicted, until = done.slots, done.evicted, done.evicted_until
+        if self.memory.n_step > 1:  # the step's removals, then its completed windows at once
+            if evicted.shape[0]:
+                self.sampler.remove(evicted)
+            if done.completed.shape[0]:
+                self.sampler.add(done.completed)
+            return
+        if slots.shape[0] == 1:
+            if evicted.shape[0]:
+                self.sampler.remove(evicted)
+            self.sampler.add(slots)
+            return
+        start = 0
+        for i in range(slots.shape[0]):
+            if until[i] > start:
+                self.sampler.remove(evicted[start : until[i]])
+                start = int(until[i])
+            self.sampler.add(slots[i : i + 1])
+
+    def sample(self, k: int) -> tuple[ReplayBatch, Draw]:
+        """Draw ``k`` live transitions: ``(batch, draw)`` with ``batch`` as :meth:`ReplayMemory.get`
+        returns it and ``draw`` the slots, importance weights and probabilities."""
+        if self.sampler.size == 0 and len(self.memory):
+            raise ValueError(
+                f"no transition can be drawn yet: with n_step={self.memory.n_step} a transition is drawn "
+                "once its window is complete (n_step transitions later on its stream, or at the end of "
+                f"its episode), and none of the {len(self.memory)} stored is"
+            )
+        draw = self.sampler.sample(k)
+        batch = self.memory.get(draw.indices)
+        self._drawn[draw.indices] = batch.generation
+        return batch, draw
+
+    def update_priorities(
+        self, indices: npt.ArrayLike, priorities: npt.ArrayLike, *, generations: npt.ArrayLike | None = None
+    ) -> None:
+        """Set raw priorities (``|δ|``) of drawn slots; entries for rewritten slots are dropped.
+
+        Accepts numpy arrays, torch tensors and lists; duplicates: the last entry wins.  The number
+        of dropped entries accumulates in :attr:`dropped_updates`.
+        """
+        idx = as_indices(indices, "indices")
+        current = self.memory.live_generations(idx, "indices")
+        values = as_priorities(priorities, idx.shape[0])
+        bad = ~((values >= 0.0) & (values < np.inf))
+        if bad.any():
+            j = int(np.argmax(bad))
+            raise ValueError(f"priorities should be finite and >= 0, but got priorities[{j}]={values[j]!r}")
+        if generations is None:
+            expected = self._drawn[idx]
+        else:
+            expected = as_indices(generations, "generations")
+            if expected.shape != idx.shape:
+                raise ValueError(
+                    f"generations should have one value per index ({idx.shape[0]}), "
+                    f"but got {expected.shape[0]}"
+                )
+        keep = (current == expected) & (current >= 0)
+        if keep.all():
+            self.sampler.update_priorities(idx, values)
+            return
+        self.dropped_updates += int(keep.shape[0] - np.count_nonzero(keep))
+        if keep.any():
+            self.sampler.update_priorities(idx[keep], values[keep])
+
+    # -- checkpointing --------------------------------------------------------------------------
+    def state_dict(self, include_memory: bool = False, *, copy: bool = True) -> dict[str, Any]:
+        """Sampler state, draw record and the memory's counters, plus the memory's state when
+        ``include_memory`` (``copy`` as in :meth:`ReplayMemory.state_dict`)."""
+        state: dict[str, Any] = {
+            "version": REPLAY_STATE_VERSION,
+            "sampler": self.sampler.state_dict(),
+            "drawn": self._drawn.copy(),
+            "dropped_updates": self.dropped_updates,
+            "memory_head": self.memory.num_added,
+            "memory_tail": self.memory.num_evicted,
+        }
+        if include_memory:
+            state["memory"] = self.memory.state_dict(copy=copy)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output, all of it or nothing.
+
+        Without ``"memory"`` the current memory must be the one the state was saved with: it must
+        have seen the same number of adds and evictions (``memory_head``, ``memory_tail``), so its
+        live slots are the sampler's filled ones.  Everything is checked before anything changes:
+        the memory's state completely (:meth:`ReplayMemory.load_state_dict`), the draw record, and
+        that the sampler's filled slots are the memory's live ones; then the sampler loads (its own
+        checks, which change nothing when they fail); then the memory, which cannot fail.
+        """
+        if not isinstance(state, dict):
+            raise TypeError(f"state should be a dict from state_dict(), but got {type(state).__name__}")
+        version = state.get("version")
+        if type(version) is not int or version not in _LOADABLE_REPLAY_VERSIONS:
+            raise ValueError(
+                f"state_dict version should be one of {_LOADABLE_REPLAY_VERSIONS}, "
+                f"but got version={version!r}"
+            )
+        keys = {"version", "sampler", "drawn", "dropped_updates"}
+        if version >= 2:
+            keys |= {"memory_head", "memory_tail"}
+        check_keys(state, keys | ({"memory"} & state.keys()), "state_dict")
+        counts = {}
+        for key in keys - {"version", "sampler", "drawn"}:
+            value = state[key]
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise ValueError(f"state_dict {key} should be an integer >= 0, but got {key}={value!r}")
+            counts[key] = int(value)
+        memory: CheckedState | None = None
+        if "memory" in state:
+            memory = self.memory.check_state(state["memory"])
+            head, tail = memory.head, memory.tail
+            generation, live = memory.generation, memory.drawable
+        else:
+            head, tail = self.memory.num_added, self.memory.num_evicted
+            generation = self.memory.generations(np.arange(self.capacity))
+            live = self.memory.drawable(np.arange(self.capacity))
+        for key, mine in (("memory_head", head), ("memory_tail", tail)):
+            if key in counts and counts[key] != mine:
+                raise ValueError(
+                    f"state_dict {key} should be {mine} (the memory's), but got {key}={counts[key]}: "
+                    "the state was saved with another memory, or at another point of this one"
+                )
+        drawn = as_state_array(state["drawn"], "state_dict drawn")
+        if drawn.shape != self._drawn.shape or drawn.dtype != self._drawn.dtype:
+            raise ValueError(
+                f"state_dict drawn should be int64{list(self._drawn.shape)}, "
+                f"but got {drawn.dtype}{list(drawn.shape)}"
+            )
+        # A slot's draw record is -1 or a transition it has held: a number of that slot, not newer.
+        slots = np.arange(self.capacity)
+        held = (drawn == -1) | ((drawn >= 0) & (drawn <= generation) & (drawn % self.capacity == slots))
+        if not held.all():
+            j = int(np.argmin(held))
+            raise ValueError(
+                f"state_dict drawn should hold, per slot, -1 or a transition the slot has held (at most "
+                f"generation {generation[j]}), but got drawn[{j}]={drawn[j]}"
+            )
+        sampler_state = state["sampler"]
+        if not isinstance(sampler_state, dict):
+            raise TypeError(f"state_dict sampler should be a dict, but got {type(sampler_state).__name__}")
+        try:
+            filled = ~np.isnan(np.asarray(sampler_state["priorities"], dtype=np.float64))
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(
+                "state_dict sampler should be a PrioritizedSampler state_dict with priorities"
+            ) from None
+        if filled.shape != live.shape or not np.array_equal(filled, live):
+            raise ValueError(
+                "state_dict sampler priorities should be filled exactly in the memory's live slots "
+                "(with complete n-step windows) "
+                f"({int(live.sum())} of {live.shape[0]})"
+            )
+        self.sampler.load_state_dict(sampler_state)
+        if memory is not None:
+            self.memory.commit_state(memory)
+        self._drawn[:] = drawn
+        self.dropped_updates = counts["dropped_updates"]
