@@ -132,6 +132,9 @@ class DDQNConfig:
     """'sum': Δ = Σ_j w_j δ_j ∇Q as in Algorithm 1; 'mean': divided by k."""
     gamma: float = 0.99
     """Discount γ (Mnih et al. 2015)."""
+    n_step: int = 1
+    """Steps per return (the paper: 1).  n > 1 learns from ``Σ_{k<m} γ^k R_{t+k} + γ^m Q(S_{t+m})``,
+    ``m = n`` unless the episode ends first (multi-step returns with PER: Hessel et al. 2018)."""
     target_update_period: int | None = None
     """Agent steps between copies θ_target ← θ (tuned Double DQN: 30,000)."""
     clip_reward: bool | None = None
@@ -194,6 +197,7 @@ class DDQNConfig:
             "total_steps",
             "num_envs",
             "memory_size",
+            "n_step",
             "replay_period",
             "target_update_period",
             "eval_every",
@@ -402,29 +406,31 @@ def double_dqn_td_error(
     reward: torch.Tensor,
     discount: torch.Tensor,
     next_obs: torch.Tensor,
-    gamma: float,
 ) -> torch.Tensor:
-    """``δ_j = R_j + γ γ_j Q_target(S_j, argmax_a Q(S_j, a)) − Q(S_{j−1}, A_{j−1})`` (Algorithm 1, line 11).
+    """``δ_j = R_j + γ_j Q_target(S_j, argmax_a Q(S_j, a)) − Q(S_{j−1}, A_{j−1})`` (Algorithm 1, line 11).
 
-    ``discount`` is γ_j / γ: 0 where the episode terminated (or a life was lost), else 1.  The
-    greedy action comes from the online network and its value from the target network (Double
-    Q-learning, van Hasselt et al. 2016); only ``Q(S_{j−1}, A_{j−1})`` carries a gradient.
+    ``discount`` is the bootstrap factor the replay returns: ``γ_j`` (γ, or 0 where the episode
+    terminated or a life was lost) for one step, ``Π_{k<m} γ_{t+k}`` for an m-step return, whose
+    ``reward`` is then ``Σ_{k<m} (Π_{j<k} γ_{t+j}) R_{t+k}``.  The greedy action comes from the
+    online network and its value from the target network (Double Q-learning, van Hasselt et al.
+    2016); only ``Q(S_{j−1}, A_{j−1})`` carries a gradient.
     """
     q_taken = q(obs).gather(1, action.long().view(-1, 1)).squeeze(1)
     with torch.no_grad():
         greedy = q(next_obs).argmax(dim=1, keepdim=True)
         bootstrap = q_target(next_obs).gather(1, greedy).squeeze(1)
-        target = reward + gamma * discount * bootstrap
+        target = reward + discount * bootstrap
     return target - q_taken
 
 
 def transition_targets(
-    reward: np.ndarray, terminated: np.ndarray, life_lost: np.ndarray, clip_reward: bool
+    reward: np.ndarray, terminated: np.ndarray, life_lost: np.ndarray, clip_reward: bool, gamma: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(R_t, γ_t / γ)`` as stored: the reward clipped to [−1, 1] when asked (Sec. 4), and 0 where
-    the episode terminated or a life was lost (the bootstrapped return ends there), else 1."""
+    """``(R_t, γ_t)`` as stored: the reward clipped to [−1, 1] when asked (Sec. 4), and the per-step
+    discount ``γ_t``: 0 where the episode terminated or a life was lost (the bootstrapped return
+    ends there), else γ."""
     learn_reward = np.clip(reward, -1.0, 1.0) if clip_reward else np.asarray(reward, dtype=np.float64)
-    return learn_reward, np.where(terminated | life_lost, 0.0, 1.0)
+    return learn_reward, np.where(terminated | life_lost, 0.0, gamma)
 
 
 def weighted_td_loss(
@@ -555,6 +561,7 @@ def train(config: DDQNConfig) -> RunResult:
         frame_stack=spec.frame_stack,
         obs_dtype=spec.obs_dtype,
         num_streams=cfg.num_envs,
+        n_step=cfg.n_step,
         alpha=cfg.alpha,
         beta=LinearSchedule(cfg.beta0, cfg.beta_end, total_updates),  # PER: β0 → 1 over training
         eps=cfg.priority_eps,
@@ -616,7 +623,7 @@ def train(config: DDQNConfig) -> RunResult:
         reward = torch.as_tensor(batch["reward"], device=device, dtype=torch.float32)
         discount = torch.as_tensor(batch["discount"], device=device, dtype=torch.float32)
         weights = torch.as_tensor(draw.weights, device=device)  # PER: w_j = (N·P(j))^-β / max_i w_i
-        delta = double_dqn_td_error(q, q_target, obs_b, action, reward, discount, next_b, cfg.gamma)
+        delta = double_dqn_td_error(q, q_target, obs_b, action, reward, discount, next_b)
         loss = weighted_td_loss(delta, weights, cfg.clip_td, str(cfg.loss_reduction))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -698,7 +705,9 @@ def train(config: DDQNConfig) -> RunResult:
         terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
         next_life = lives(info, cfg.num_envs)
         life_lost = (next_life < life) if cfg.terminal_on_life_loss else np.zeros(cfg.num_envs, dtype=bool)
-        learn_reward, discount = transition_targets(reward, terminated, life_lost, bool(cfg.clip_reward))
+        learn_reward, discount = transition_targets(
+            reward, terminated, life_lost, bool(cfg.clip_reward), cfg.gamma
+        )
         # Store (S_{t-1}, A_{t-1}, R_t, γ_t, S_t) (line 6); a step that only resets an environment
         # (next-step autoreset) is not a transition.
         live = np.flatnonzero(~prev_done)

@@ -50,10 +50,9 @@ def test_double_dqn_target_is_algorithm_1_line_11() -> None:
     obs = torch.tensor([0, 0, 2])
     action = torch.tensor([1, 0, 0])
     reward = torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64)
-    discount = torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64)
+    discount = torch.tensor([0.9, 0.0, 0.9], dtype=torch.float64)  # γ_j: 0 at termination
     next_obs = torch.tensor([1, 1, 2])
-    gamma = 0.9
-    delta = double_dqn_td_error(online, target, obs, action, reward, discount, next_obs, gamma)
+    delta = double_dqn_td_error(online, target, obs, action, reward, discount, next_obs)
     expected = [
         1.0 + 0.9 * 2.0 - 1.5,  # argmax_a Q(1, a) = 0, Q_target(1, 0) = 2
         -1.0 + 0.0 - 0.5,  # terminal: no bootstrap
@@ -86,10 +85,10 @@ def test_rewards_clipped_and_discount_zero_at_termination_or_life_loss() -> None
     reward = np.array([5.0, -3.0, 0.5, 1.0])
     terminated = np.array([False, True, False, False])
     life_lost = np.array([False, False, True, False])
-    clipped, discount = transition_targets(reward, terminated, life_lost, clip_reward=True)
+    clipped, discount = transition_targets(reward, terminated, life_lost, clip_reward=True, gamma=0.9)
     np.testing.assert_array_equal(clipped, [1.0, -1.0, 0.5, 1.0])
-    np.testing.assert_array_equal(discount, [1.0, 0.0, 0.0, 1.0])
-    raw, _ = transition_targets(reward, terminated, life_lost, clip_reward=False)
+    np.testing.assert_array_equal(discount, [0.9, 0.0, 0.0, 0.9])
+    raw, _ = transition_targets(reward, terminated, life_lost, clip_reward=False, gamma=0.9)
     np.testing.assert_array_equal(raw, reward)
 
 
@@ -182,13 +181,14 @@ def _cartpole(tmp_path: Path, **overrides: object) -> DDQNConfig:
     return DDQNConfig(**settings)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("arm", ["proportional", "rank"])
-def test_resume_continues_identically(tmp_path: Path, arm: str) -> None:
-    """Stop at step 300 and resume: networks, optimiser, sampler, memory and env pick up exactly."""
-    straight = train(_cartpole(tmp_path, arm=arm, run_name="straight"))
-    first = train(_cartpole(tmp_path, arm=arm, run_name="split", stop_after=300))
+@pytest.mark.parametrize(("arm", "n_step"), [("proportional", 1), ("rank", 1), ("proportional", 3)])
+def test_resume_continues_identically(tmp_path: Path, arm: str, n_step: int) -> None:
+    """Stop at step 300 and resume: networks, optimiser, sampler, memory (with its n-step windows
+    still open) and env pick up exactly."""
+    straight = train(_cartpole(tmp_path, arm=arm, n_step=n_step, run_name="straight"))
+    first = train(_cartpole(tmp_path, arm=arm, n_step=n_step, run_name="split", stop_after=300))
     assert first.stopped == "stop_after" and first.steps == 300
-    resumed = train(_cartpole(tmp_path, arm=arm, run_name="split", resume=True))
+    resumed = train(_cartpole(tmp_path, arm=arm, n_step=n_step, run_name="split", resume=True))
     assert resumed.steps == straight.steps == 600 and resumed.updates == straight.updates
     assert resumed.eval_scores == straight.eval_scores
     a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=False)
