@@ -693,9 +693,10 @@ class Backed:
     """The command that writes that JSON."""
     render: str
     """``module:function`` that renders the section from the JSON's contents."""
-    derived: tuple[str, ...] = ()
-    """Columns computed from several JSON values (a sum, a per-batch figure): the numbers check
-    (``tests/test_docs_numbers.py``) skips them (``ignore=``); re-rendering checks them."""
+    unchecked: tuple[str, ...] = ()
+    """Columns the numbers check (``tests/test_docs_numbers.py``) skips (``ignore=``): values
+    computed from several JSON values (a sum, a per-batch figure), which re-rendering checks
+    (``tests/test_benchmark_report.py``), and labels that hold parameters (``n_step=3``)."""
 
 
 BACKED = (
@@ -713,7 +714,7 @@ BACKED = (
         "docs/results/imbalanced_mnist_epoch_overhead.json",
         "python -m benchmarks.epoch_overhead",
         "benchmarks.epoch_overhead:render",
-        derived=("per batch, ms",),
+        unchecked=("per batch, ms",),
     ),
     Backed(
         "replay_step.md",
@@ -723,12 +724,12 @@ BACKED = (
         "flock /tmp/prisample-heavy.lock env OMP_NUM_THREADS=1 python -m benchmarks.replay_step "
         "--out docs/results/replay_step.json --section benchmarks/sections/replay_step.md",
         "benchmarks.replay_step:section",
-        derived=("bytes per transition",),  # resident memory + memmap bytes on disk
+        unchecked=("bytes per transition", "prisample variant"),  # RSS + memmap bytes on disk; names
     ),
 )
 
 
-def mark_tables(text: str, json_path: str, derived: tuple[str, ...] = ()) -> str:
+def mark_tables(text: str, json_path: str, unchecked: tuple[str, ...] = ()) -> str:
     """``text`` with a ``<!-- numbers: json_path -->`` line before each table that lacks one."""
     lines = text.splitlines()
     out: list[str] = []
@@ -736,7 +737,7 @@ def mark_tables(text: str, json_path: str, derived: tuple[str, ...] = ()) -> str
         starts = line.lstrip().startswith("|") and (i == 0 or not lines[i - 1].lstrip().startswith("|"))
         if starts and not (out and out[-1].startswith("<!-- numbers:")):
             header = {c.strip() for c in line.replace("\\|", "/").strip().strip("|").split("|")}
-            ignore = "|".join(c for c in derived if c in header)
+            ignore = "|".join(c for c in unchecked if c in header)
             out.append(f"<!-- numbers: {json_path}" + (f" ignore={ignore}" if ignore else "") + " -->")
         out.append(line)
     return "\n".join(out) + "\n"
@@ -758,7 +759,7 @@ def backed_section(section: Backed, root: Path = ROOT) -> str:
     module, function = section.render.split(":")
     render_json = getattr(importlib.import_module(module), function)
     text = render_json(json.loads(source.read_text())).rstrip() + "\n"
-    return mark_tables(text, section.json, section.derived)
+    return mark_tables(text, section.json, section.unchecked)
 
 
 def write_sections(root: Path = ROOT) -> list[Path]:
