@@ -14,6 +14,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,7 +99,7 @@ def test_mark_tables_marks_each_table_once_with_its_derived_columns() -> None:
     assert report.mark_tables(marked, "r.json", unchecked=("sum",)) == marked
 
 
-def _numbers_check(section: report.Backed, data: dict, root: Path) -> list[str]:
+def _numbers_check(section: report.Backed, data: dict[str, Any], root: Path) -> list[str]:
     """The numbers check of ``tests/test_docs_numbers.py`` on ``section`` rendered from ``data``."""
     (root / section.json).parent.mkdir(parents=True, exist_ok=True)
     (root / section.json).write_text(json.dumps(data))
