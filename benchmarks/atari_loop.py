@@ -11,31 +11,36 @@ exclude start-up, logging and evaluation.
 of the frame stacks.  All arms run one after the other in one process, so the ratios compare
 like with like.
 
-Run under the heavy-job lock:
-``flock /tmp/prisample-heavy.lock env OMP_NUM_THREADS=1 python -m benchmarks.atari_loop``
-(writes ``benchmarks/sections/atari_ddqn.md``).
+Run alone, under the heavy-job lock (the JSON's numbers are the docs' numbers)::
+
+    flock /tmp/prisample-heavy.lock env OMP_NUM_THREADS=1 python -m benchmarks.atari_loop \\
+        --acting_steps 2000 --updates 300 --out benchmarks/atari_loop.json
+
+It writes the JSON only (machine, versions, command, date, and per arm the numbers of the docs'
+table); ``python -m benchmarks.run_all --from-json benchmarks/results.json --out docs/benchmarks.md``
+then renders ``benchmarks/sections/atari_ddqn.md`` from it with :func:`section` (see
+``benchmarks.report.BACKED``).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
+import json
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from recipes.atari_ddqn import ARMS, DDQNConfig, train
-
 PARTS = ("act", "env", "add", "sample", "learn", "update_priorities")
-SECTION = Path(__file__).parent / "sections" / "atari_ddqn.md"
+TITLE = "Recipe: Double DQN full loop on Pong (`recipes/atari_ddqn.py`)"
+DEFAULT_OUT = Path("runs") / "atari_loop.json"
 
 
 def measure(arm: str, acting_steps: int, updates: int, log_dir: str, device: str) -> dict[str, Any]:
     """Timings of the acting and learning phases of one arm's run."""
+    from recipes.atari_ddqn import DDQNConfig, train
+
     common: dict[str, Any] = dict(
         env="ALE/Pong-v5", arm=arm, eval_every=10**9, eval_steps=8, log_every=10**9, log_dir=log_dir,
         progress=False, tensorboard=False, device=device, seed=0,
@@ -53,6 +58,7 @@ def measure(arm: str, acting_steps: int, updates: int, log_dir: str, device: str
     replay = phase["add"] + phase["sample"] + phase["update_priorities"]
     return {
         "arm": arm,
+        "updates": done,
         "acting_steps_per_s": (run.steps - run.learning_phase["steps"]) / sum(acting.values()),
         "steps_per_s": run.learning_phase["steps"] / loop,
         "update_ms": 1000 * phase["learn"] / done,
@@ -63,37 +69,64 @@ def measure(arm: str, acting_steps: int, updates: int, log_dir: str, device: str
     }
 
 
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+def run(acting_steps: int, updates: int, arms: list[str], device: str, command: str) -> dict[str, Any]:
+    """Every arm, one after the other, with the machine and versions they ran on."""
+    from importlib import metadata
+
+    import torch
+
+    from benchmarks.run_all import machine
+
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    info = machine()
+    info["versions"]["ale-py"] = metadata.version("ale-py")
+    info["versions"]["gymnasium"] = metadata.version("gymnasium")
+    results: dict[str, Any] = {
+        "command": command,
+        "machine": info,
+        "config": {
+            "env": "ALE/Pong-v5",
+            "acting_steps": acting_steps,
+            "updates": updates,
+            "arms": arms,
+            "device": device,
+            "device_name": "CPU" if device == "cpu" else torch.cuda.get_device_name(0),
+        },
+        "arms": [],
+    }
+    with tempfile.TemporaryDirectory() as log_dir:
+        for arm in arms:
+            results["arms"].append(measure(arm, acting_steps, updates, log_dir, device))
+            print(results["arms"][-1], flush=True)
+    results["elapsed_s"] = time.perf_counter() - started
+    return results
 
 
-def write_section(rows: list[dict[str, Any]], args: argparse.Namespace, wall: float) -> None:
-    device = "CPU" if args.device == "cpu" else torch.cuda.get_device_name(0)
+def section(results: dict[str, Any]) -> str:
+    """The ``docs/benchmarks.md`` section: every number of its table is a value of ``results``."""
+    m, c = results["machine"], results["config"]
     lines = [
-        "## Recipe: Double DQN full loop on Pong (`recipes/atari_ddqn.py`)",
+        f"## {TITLE}",
         "",
-        f"Agent steps per second of the whole training loop on `ALE/Pong-v5` (Atari preset: Nature CNN, "
-        f"4 `AtariVectorEnv` environments, memory capacity 10^6, minibatch 32, one update per 4 agent "
-        f"steps), measured over {args.updates} updates after {args.acting_steps:,} acting steps, one torch "
-        f"thread, networks on {device}; {os.cpu_count()} × {_cpu()}, torch {torch.__version__}, Python "
-        f"{platform.python_version()}.  The replay columns are `replay.add` + `replay.sample` (sampler draw, "
-        "IS weights, frame-stack gathering) + `replay.update_priorities`, as a share of the loop and "
-        f"relative to the network update (target: ≤ 1% of the update time; the paper reports a 2–4% "
-        f"run-time overhead for its rank-based agent, App. B.2.1).  Command: `{args.command}` "
-        f"({wall:.0f} s).",
+        f"Agent steps per second of the whole training loop on `{c['env']}` (Atari preset: Nature CNN, "
+        "4 `AtariVectorEnv` environments, memory capacity 10^6, minibatch 32, one update per 4 agent "
+        f"steps), measured over {c['updates']} updates after {c['acting_steps']:,} acting steps, one "
+        f"torch thread, networks on {c['device_name']}; {m['usable_cpus']} × {m['cpu']}, torch "
+        f"{m['versions']['torch']}, ale-py {m['versions']['ale-py']}, Python {m['python']}, prisample "
+        f"`{m['prisample_commit']}`, {m['date'][:10]}.  The replay columns are `replay.add` + "
+        "`replay.sample` (sampler draw, IS weights, frame-stack gathering) + `replay.update_priorities`, "
+        "as a share of the loop and relative to the network update (target: ≤ 1% of the update time; the "
+        "paper reports a 2–4% run-time overhead for its rank-based agent, App. B.2.1).",
+        "",
+        f"Command: `{results['command']}` ({results['elapsed_s']:.0f} s); raw numbers in the JSON it wrote.",
         "",
         "| arm | acting only, steps/s | full loop, steps/s | network update, ms | replay.add per update, ms "
         "| replay.sample, ms | update_priorities, ms | replay share of the loop | replay / update "
         "| sampler (sample + update) / update |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
+    for r in results["arms"]:
         per = r["per_update_ms"]
         lines.append(
             f"| {r['arm']} | {r['acting_steps_per_s']:,.0f} | {r['steps_per_s']:,.1f} | {r['update_ms']:.1f} "
@@ -106,31 +139,35 @@ def write_section(rows: list[dict[str, Any]], args: argparse.Namespace, wall: fl
         "On a CPU the Nature-CNN update dominates the loop, so real Atari training needs a GPU; the "
         "replay's cost per update is the same there, and becomes a larger share as the update gets "
         "faster.",
-        "",
     ]
-    SECTION.write_text("\n".join(lines))
+    return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from recipes.atari_ddqn import ARMS
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--acting_steps", type=int, default=2_000, help="steps before the first update")
     parser.add_argument("--updates", type=int, default=200, help="updates timed per arm")
-    parser.add_argument("--arms", default=",".join(ARMS))
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms")
     parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
-    args.command = (
-        f"python -m benchmarks.atari_loop --acting_steps {args.acting_steps} --updates {args.updates}"
-        + (f" --device {args.device}" if args.device != "cpu" else "")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"JSON results (default: {DEFAULT_OUT}; the docs cite benchmarks/atari_loop.json)",
     )
-    torch.set_num_threads(1)
-    started = time.perf_counter()
-    rows = []
-    with tempfile.TemporaryDirectory() as log_dir:
-        for arm in args.arms.split(","):
-            rows.append(measure(arm, args.acting_steps, args.updates, log_dir, args.device))
-            print(rows[-1])
-    write_section(rows, args, time.perf_counter() - started)
-    print(f"wrote {SECTION}")
+    args = parser.parse_args(argv)
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = sorted(set(arms) - set(ARMS))
+    if unknown or not arms:
+        parser.error(f"--arms should be a comma-separated subset of {','.join(ARMS)}, but got {args.arms!r}")
+    command = "python -m benchmarks.atari_loop " + " ".join(sys.argv[1:] if argv is None else argv)
+    results = run(args.acting_steps, args.updates, arms, args.device, command.strip())
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1, default=float) + "\n")
+    print(f"wrote {args.out}")
+    return results
 
 
 if __name__ == "__main__":

@@ -148,14 +148,25 @@ def main(config: EpochOverheadConfig) -> dict[str, Any]:
 
 
 def render(r: dict[str, Any]) -> str:
+    """The ``docs/benchmarks.md`` section of the JSON :func:`main` wrote (``benchmarks.report.BACKED``).
+
+    Every number of its table is a value of the JSON, save the per-batch column (median seconds
+    per epoch / batches per epoch).
+    """
     med = statistics.median
-    uni = med(x["seconds"] for x in r["runs"] if x["arm"] == "uniform")
+    uni = [x["seconds"] for x in r["runs"] if x["arm"] == "uniform"]
     pri = [x for x in r["runs"] if x["arm"] == "prioritized"]
-    draw_ms = 1e3 * med(x["draw_seconds"] for x in pri) / r["batches_per_epoch"]
-    hook_ms = 1e3 * med(x["callback_seconds"] for x in pri) / r["batches_per_epoch"]
     lo, hi = r["end_to_end_overhead_range"]
     ok = "meets" if max(r["inside_fraction_median"], r["end_to_end_overhead_median"]) <= TARGET else "misses"
-    return "\n".join([
+
+    def row(measure: str, seconds: list[float], digits: int = 2, per_batch: bool = False) -> str:
+        ms = f"{1e3 * med(seconds) / r['batches_per_epoch']:.3f}" if per_batch else ""
+        low, high = min(seconds), max(seconds)
+        return f"| {measure} | {med(seconds):.{digits}f} s | {low:.{digits}f}–{high:.{digits}f} s | {ms} |"
+
+    share = 100 * r["inside_fraction_median"]
+    draws, hooks = [x["draw_seconds"] for x in pri], [x["callback_seconds"] for x in pri]
+    lines = [
         "## Recipe: imbalanced MNIST, one training epoch",
         "",
         f"One epoch of `recipes/imbalanced_mnist.py` on class-imbalanced **{r['dataset']}** "
@@ -166,16 +177,15 @@ def render(r: dict[str, Any]) -> str:
         "Produced by `python -m benchmarks.epoch_overhead` (raw numbers in "
         "`docs/results/imbalanced_mnist_epoch_overhead.json`).",
         "",
-        "| measure | value |",
-        "|---|---|",
-        f"| uniform epoch (median) | {uni:.2f} s |",
-        f"| prioritized epoch (median) | {med(x['seconds'] for x in pri):.2f} s |",
-        f"| end-to-end overhead, median of pairs (range) | {100 * r['end_to_end_overhead_median']:+.1f}% "
-        f"({100 * lo:+.1f}% to {100 * hi:+.1f}%) |",
-        f"| time inside prisample: draw per batch | {draw_ms:.3f} ms |",
-        f"| time inside prisample: callback per batch (claim, update, logging) | {hook_ms:.3f} ms |",
-        f"| time inside prisample, share of the prioritized epoch (median) | "
-        f"{100 * r['inside_fraction_median']:.1f}% |",
+        f"| measure | median | range over the {len(pri)} runs | per batch, ms |",
+        "|---|---|---|---|",
+        row("uniform epoch", uni),
+        row("prioritized epoch", [x["seconds"] for x in pri]),
+        f"| end-to-end overhead (prioritized over uniform epoch, per pair) "
+        f"| {100 * r['end_to_end_overhead_median']:+.1f}% | {100 * lo:+.1f}% to {100 * hi:+.1f}% | |",
+        row("time inside prisample: draws, per epoch", draws, 4, per_batch=True),
+        row("time inside prisample: callback (claim, update, logging)", hooks, 3, per_batch=True),
+        f"| time inside prisample, share of the prioritized epoch | {share:.1f}% | | |",
         "",
         f"Target: at most {100 * TARGET:.0f}% of the epoch; this run {ok} it. The in-epoch share is the "
         "direct measure (timers around the sampler's draws and the callback's hooks); the end-to-end "
@@ -184,8 +194,8 @@ def render(r: dict[str, Any]) -> str:
         "callback logs its four statistics only on the steps the logger writes "
         "(`log_every_n_steps`, 50 by default); logging them at every step would cost about 7 ms "
         "per batch.",
-        "",
-    ])
+    ]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
+import importlib
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -670,18 +674,114 @@ def _analysis(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = Path(__file__).parent / "sections"
+RERENDER = "python -m benchmarks.run_all --from-json benchmarks/results.json --out docs/benchmarks.md"
+
+
+@dataclass(frozen=True)
+class Backed:
+    """A section of ``benchmarks/sections/`` rendered from the JSON that its benchmark wrote."""
+
+    file: str
+    """Its name under ``benchmarks/sections/`` (the report appends sections in name order)."""
+    title: str
+    """Its heading, shown alone with the command while the JSON does not exist yet."""
+    json: str
+    """The JSON its tables cite, relative to the repository root."""
+    command: str
+    """The command that writes that JSON."""
+    render: str
+    """``module:function`` that renders the section from the JSON's contents."""
+    unchecked: tuple[str, ...] = ()
+    """Columns the numbers check (``tests/test_docs_numbers.py``) skips (``ignore=``): values
+    computed from several JSON values (a sum, a per-batch figure), which re-rendering checks
+    (``tests/test_benchmark_report.py``), and labels that hold parameters (``n_step=3``)."""
+
+
+BACKED = (
+    Backed(
+        "atari_ddqn.md",
+        "Recipe: Double DQN full loop on Pong (`recipes/atari_ddqn.py`)",
+        "benchmarks/atari_loop.json",
+        "flock /tmp/prisample-heavy.lock env OMP_NUM_THREADS=1 python -m benchmarks.atari_loop "
+        "--acting_steps 2000 --updates 300 --out benchmarks/atari_loop.json",
+        "benchmarks.atari_loop:section",
+    ),
+    Backed(
+        "imbalanced_mnist.md",
+        "Recipe: imbalanced MNIST, one training epoch",
+        "docs/results/imbalanced_mnist_epoch_overhead.json",
+        "python -m benchmarks.epoch_overhead",
+        "benchmarks.epoch_overhead:render",
+        unchecked=("per batch, ms",),
+    ),
+    Backed(
+        "replay_step.md",
+        "Replay step on Atari shapes: prisample, cpprb and TorchRL side by side "
+        "(`benchmarks/replay_step.py`)",
+        "docs/results/replay_step.json",
+        "flock /tmp/prisample-heavy.lock env OMP_NUM_THREADS=1 python -m benchmarks.replay_step "
+        "--out docs/results/replay_step.json --section benchmarks/sections/replay_step.md",
+        "benchmarks.replay_step:section",
+        unchecked=("bytes per transition", "prisample variant"),  # RSS + memmap bytes on disk; names
+    ),
+)
+
+
+def mark_tables(text: str, json_path: str, unchecked: tuple[str, ...] = ()) -> str:
+    """``text`` with a ``<!-- numbers: json_path -->`` line before each table that lacks one."""
+    lines = text.splitlines()
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        starts = line.lstrip().startswith("|") and (i == 0 or not lines[i - 1].lstrip().startswith("|"))
+        if starts and not (out and out[-1].startswith("<!-- numbers:")):
+            header = {c.strip() for c in line.replace("\\|", "/").strip().strip("|").split("|")}
+            ignore = "|".join(c for c in unchecked if c in header)
+            out.append(f"<!-- numbers: {json_path}" + (f" ignore={ignore}" if ignore else "") + " -->")
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def pending(section: Backed) -> str:
+    """What a backed section says until its JSON exists: the command, no numbers."""
+    return (
+        f"## {section.title}\n\n"
+        f"Pending: run `{section.command}` (writes `{section.json}`), then `{RERENDER}`.\n"
+    )
+
+
+def backed_section(section: Backed, root: Path = ROOT) -> str:
+    """The section's markdown: rendered from its JSON and marked for the numbers check."""
+    source = root / section.json
+    if not source.is_file():
+        return pending(section)
+    module, function = section.render.split(":")
+    render_json = getattr(importlib.import_module(module), function)
+    text = render_json(json.loads(source.read_text())).rstrip() + "\n"
+    return mark_tables(text, section.json, section.unchecked)
+
+
+def write_sections(root: Path = ROOT) -> list[Path]:
+    """(Re)write every backed section of ``benchmarks/sections/`` from its JSON."""
+    written = []
+    for section in BACKED:
+        path = root / "benchmarks" / "sections" / section.file
+        path.write_text(backed_section(section, root))
+        written.append(path)
+    return written
 
 
 def _recipe_sections() -> list[str]:
-    """The recipe benchmarks' own sections (``benchmarks/sections/*.md``, written by their scripts)."""
+    """The recipe benchmarks' sections (``benchmarks/sections/*.md``), in name order."""
     lines: list[str] = []
     for path in sorted(SECTIONS.glob("*.md")):
         lines += [path.read_text().rstrip(), ""]
     return lines
 
 
-def render(results: dict[str, Any]) -> str:
+def render_results(results: dict[str, Any]) -> str:
+    """The part of ``docs/benchmarks.md`` rendered from ``benchmarks/results.json`` alone."""
     lines = [
         "# Benchmarks",
         "",
@@ -703,5 +803,24 @@ def render(results: dict[str, Any]) -> str:
     lines += _profile(results)
     lines += _analysis(results)
     lines += _method(results)
-    lines += _recipe_sections()
     return "\n".join(lines).rstrip() + "\n"
+
+
+def render(results: dict[str, Any]) -> str:
+    """``docs/benchmarks.md``: :func:`render_results`, then the sections of ``benchmarks/sections/``.
+
+    What ``python -m benchmarks.run_all`` writes (after :func:`write_sections`); pure, times nothing.
+    """
+    return (render_results(results) + "\n" + "\n".join(_recipe_sections())).rstrip() + "\n"
+
+
+def drift(doc: Path, results: dict[str, Any]) -> str:
+    """A unified diff from ``doc`` to what :func:`render` gives (empty when ``doc`` is up to date)."""
+    return "".join(
+        difflib.unified_diff(
+            doc.read_text().splitlines(keepends=True),
+            render(results).splitlines(keepends=True),
+            fromfile=str(doc),
+            tofile="render(results)",
+        )
+    )

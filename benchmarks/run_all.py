@@ -2,7 +2,12 @@
 
 The full run (N ∈ {2^14, 2^17, 2^20}, k ∈ {32, 256, 4096}) writes ``docs/benchmarks.md`` and the
 raw numbers to ``benchmarks/results.json``; ``--quick`` (small N, few repetitions) prints the
-report only.  ``--from-json PATH`` re-renders a report from saved results without timing.
+report only.  ``--from-json PATH`` re-renders a report from saved results without timing (to
+stdout unless ``--out``).  Whenever the report goes to a file, the sections of
+``benchmarks/sections/`` that other benchmarks' JSON files back (``benchmarks.report.BACKED``) are
+first rewritten from those files, so re-rendering the docs after any benchmark run is::
+
+    python -m benchmarks.run_all --from-json benchmarks/results.json --out docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -239,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
 
-    from benchmarks.report import render
+    from benchmarks.report import render, write_sections
 
     if args.from_json:
         results = json.loads(args.from_json.read_text())
@@ -252,8 +257,11 @@ def main(argv: list[str] | None = None) -> None:
             log(f"wrote {out_json}")
     if args.note:
         results["note"] = args.note
-    text = render(results)
     out = args.out or (None if args.quick or args.from_json else ROOT / "docs" / "benchmarks.md")
+    if out:
+        for path in write_sections():
+            log(f"wrote {path}")
+    text = render(results)
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)

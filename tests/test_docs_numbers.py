@@ -14,6 +14,9 @@ each list of numbers (a table shows medians over seeds; ``null``, a run that did
 counts as infinitely large in a median, as the recipes count it).  Numbers in code spans and link
 targets are not read.  The bug this guards: docs whose numbers drifted from the results they cite
 (the MNIST seeds' ranges said to overlap, CartPole and MinAtar speeds, a stale Pong table).
+
+A table of numbers without a marker fails too, unless it is checked another way or listed in
+``UNMARKED`` with its reason (see ``test_every_table_with_numbers_is_marked_or_exempt``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,3 +238,130 @@ def test_checker_reports_missing_json_and_unknown_ignore_and_honours_ignore(tmp_
     assert "123" in problems(_synthetic(tmp_path, with_size), tmp_path)[0]
     paragraph = "Uniform ends at 4184 errors, prioritized at 3,999."
     assert "3,999" in problems(_synthetic(tmp_path, paragraph), tmp_path)[0]
+
+
+# Tables of numbers in docs/ that carry no marker, each with the reason.  Keyed by (page, header row).
+# Parameters, formulas and hyper-parameters with their sources are inputs, not measurements; the
+# entries marked "debt" are measurements without a JSON yet (a script that prints), to be given one.
+UNMARKED: dict[tuple[str, str], str] = {
+    ("docs/api.md", "| argument | type and range | meaning | errors |"): "argument ranges (API reference)",
+    ("docs/api.md", "| name | type | access | meaning |"): "attribute reference",
+    ("docs/api.md", "| `normalize` | result |"): "worked example of a formula",
+    ("docs/api.md", "| member | meaning |"): "enum members and their values",
+    ("docs/concepts.md", "| backend | `P(i)` |"): "formulas",
+    ("docs/concepts.md", "| `weight_norm` | formula | largest weight |"): "formulas",
+    ("docs/concepts.md", "| mode | at the step where env `i` ends | the step after | what is stored |"): (
+        "semantics of the modes (which step index is stored)"
+    ),
+    ("docs/concepts.md", "| writes since the last sort | TV(heap order, exact ranks) |"): (
+        "debt: measured by benchmarks/measurements/heap_tv.py (command shown under the table), which "
+        "prints and writes no JSON"
+    ),
+    ("docs/concepts.md", "| N | prisample (segments, at most 1024) | the paper's k = 32 segments |"): (
+        "debt: measured by benchmarks/measurements/partition_tv.py, which prints and writes no JSON"
+    ),
+    ("docs/concepts.md", "| DataLoader | measured lag (batches) |"): (
+        "debt: measured by benchmarks/measurements/prefetch_lag.py, which prints and writes no JSON"
+    ),
+    ("docs/index.md", "| page | contents |"): "table of contents",
+    ("docs/index.md", "| module | status | what it holds |"): "module overview",
+    ("docs/recipes/atari_ddqn.md", "| arm | sampling | α | β (linear, over training) | step size |"): (
+        "the arms' hyper-parameters"
+    ),
+    ("docs/recipes/atari_ddqn.md", "| where | what |"): "where the recipe's PER lines are",
+    ("docs/recipes/atari_ddqn.md", "| field | value | source |"): "presets, each value with its source",
+    ("docs/recipes/cliffwalk.md", "| question | choice | why |"): "design choices and their parameters",
+    ("docs/recipes/cliffwalk.md", "| | uniform | oracle | greedy | rank | proportional |"): (
+        "computed from the marked table's JSON files (updates / N, log-log slopes): not values of them"
+    ),
+    ("docs/recipes/cliffwalk.md", "| | oracle | greedy | rank | proportional |"): (
+        "computed from the marked table's JSON files (ratios of medians): not values of them"
+    ),
+    ("docs/recipes/imbalanced_mnist.md", "| setting | value | source |"): "settings, each with its source",
+    ("docs/recipes/offpolicy.md", "| setting | value | source |"): "settings, each with its source",
+    (
+        "docs/recipes/offpolicy.md",
+        "| arm | data | sampler (`# PER:` lines in the recipe) | weight `w` "
+        "| update direction in expectation |",
+    ): "the arms' definitions (formulas)",
+}
+
+
+def tables(doc: Path) -> Iterator[tuple[int, str, str]]:
+    """``(line, header row, line before)`` of each markdown table of ``doc`` with numbers in it."""
+    lines = doc.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if not line.lstrip().startswith("|") or (i and lines[i - 1].lstrip().startswith("|")):
+            continue
+        end = next((j for j in range(i, len(lines)) if not lines[j].lstrip().startswith("|")), len(lines))
+        if any(numbers_in(row) for row in lines[i:end]):
+            yield i + 1, line.strip(), lines[i - 1].strip() if i else ""
+
+
+def _report_results_lines(root: Path = ROOT) -> int:
+    """Lines of docs/benchmarks.md that ``benchmarks.report.render_results`` gives from
+    ``benchmarks/results.json`` (0 if the page does not start with them)."""
+    from benchmarks.report import render_results
+
+    rendered = render_results(json.loads((root / "benchmarks" / "results.json").read_text()))
+    page = (root / "docs" / "benchmarks.md").read_text()
+    return len(rendered.splitlines()) if page.startswith(rendered) else 0
+
+
+def unexplained_tables(root: Path = ROOT) -> list[str]:
+    """Tables of numbers in ``root/docs`` with no marker and no exemption (see the test below)."""
+    results_lines = _report_results_lines(root)
+    found = []
+    for doc in all_docs(root):
+        rel = doc.relative_to(root).as_posix()
+        for line, header, before in tables(doc):
+            if MARKER.match(before) or (rel, header) in UNMARKED:
+                continue
+            if rel == "docs/benchmarks.md" and line <= results_lines:
+                continue
+            if rel.startswith("docs/results/") and doc.with_suffix(".json").is_file():
+                continue
+            found.append(f"{rel}:{line}: {header}")
+    return found
+
+
+def test_every_table_with_numbers_is_marked_or_exempt() -> None:
+    """A table of numbers in docs/ cites its JSON, or is one of these, each checked another way:
+
+    * the part of docs/benchmarks.md rendered from ``benchmarks/results.json``
+      (``tests/test_benchmark_report.py`` re-renders it and compares; its sections are marked);
+    * ``docs/results/NAME.md``, written by a recipe command in the same call as ``NAME.json`` beside
+      it, from that JSON (the JSON must exist; the recipe pages cite its numbers through marked tables);
+    * ``UNMARKED``: tables of parameters, formulas or sources, which are inputs rather than
+      measurements, each with its reason, and the measurements that have no JSON yet ("debt").
+
+    Checking every table would be too broad (an argument's range is not a result) and checking none
+    let a stale Pong table stand (issue 10): a new table of numbers fails here until it is marked or
+    listed with its reason.
+    """
+    found = unexplained_tables()
+    assert not found, "tables of numbers with no <!-- numbers: --> marker:\n" + "\n".join(found)
+
+
+def test_an_unmarked_table_of_numbers_fails(tmp_path: Path) -> None:
+    """An unmarked table in a page, in a backed section of docs/benchmarks.md, or in docs/results/
+    without its JSON is reported; the same tables marked, or in the results part, are not."""
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    (tmp_path / "benchmarks").mkdir()
+    shutil.copy(ROOT / "benchmarks" / "results.json", tmp_path / "benchmarks" / "results.json")
+    assert unexplained_tables(tmp_path) == []
+    report = tmp_path / "docs" / "benchmarks.md"
+    text = report.read_text()
+    marker = next(line for line in text.splitlines() if MARKER.match(line) and "epoch_overhead" in line)
+    report.write_text(text.replace(marker + "\n", ""))
+    (tmp_path / "docs" / "new.md").write_text("# New\n\n| arm | steps/s |\n|---|---|\n| rank | 36.5 |\n")
+    (tmp_path / "docs" / "results" / "cartpole.json").unlink()
+    found = unexplained_tables(tmp_path)
+    pages = [f.split(":")[0] for f in found]
+    assert pages == ["docs/benchmarks.md", "docs/new.md", "docs/results/cartpole.md"]
+    assert "| measure | median |" in found[0]
+
+
+def test_every_exemption_still_names_a_table() -> None:
+    found = {(doc.relative_to(ROOT).as_posix(), header) for doc in all_docs() for _, header, _ in tables(doc)}
+    assert not set(UNMARKED) - found, sorted(set(UNMARKED) - found)
