@@ -581,7 +581,7 @@ def _check_lock(lock: Any) -> threading.RLock:
     if not isinstance(lock, _thread.RLock):
         raise TypeError(
             f"lock should be a threading.RLock (reentrant: whoever holds it calls the sampler, "
-            f"which takes it again), but got lock={lock!r}"
+            f"which takes it again), but got a {type(lock).__module__}.{type(lock).__qualname__}"
         )
     return lock
 

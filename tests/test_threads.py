@@ -206,25 +206,24 @@ def test_actors_and_learner_leave_an_exact_sampler(backend: str, corrections: bo
 
 def test_ledger_iteration_with_concurrent_writers_and_snapshots() -> None:
     """A DataLoader-style iteration of a ``DrawLedger`` (draw, claim, update) while an actor adds
-    and re-prioritises and another thread checkpoints: every snapshot is one consistent state
-    (its pending draws match its epoch position, so a fresh ledger accepts it)."""
+    and re-prioritises and two threads checkpoint: every snapshot is one consistent state (its
+    pending draws match its epoch position, so a fresh ledger accepts it).  Epochs of one batch
+    make every draw the first of its epoch, where a torn snapshot (draw recorded, position not yet
+    advanced) is refused by the check."""
     sampler = PrioritizedSampler(
-        CAPACITY, alpha=0.7, beta=0.5, backend="rank", size=STABLE, batch_size=4, seed=1
+        CAPACITY, alpha=0.7, beta=0.5, backend="rank", size=STABLE, batch_size=4, num_samples=4, seed=1
     )
     ledger = DrawLedger(sampler)
     check = DrawLedger(PrioritizedSampler(CAPACITY, backend="rank", size=0, seed=2))
     rng = np.random.default_rng(3)
+    errors = np.random.default_rng(4).uniform(0.0, 5.0, 4)
 
     def train() -> None:
-        for _ in range(40):  # epochs
-            it = iter(ledger)
-            while True:
-                batch = [i for _, i in zip(range(ledger.batch_size), it, strict=False)]
-                if not batch:
-                    break
-                draw = ledger.take(batch)
-                assert np.array_equal(draw.indices, batch)
-                ledger.update_priorities(batch, np.random.default_rng(len(batch)).uniform(0, 5, len(batch)))
+        for _ in range(2 * LEARNER_OPS):  # epochs of one batch
+            batch = list(ledger)
+            draw = ledger.take(batch)
+            assert np.array_equal(draw.indices, batch) and ledger.yielded == len(batch)
+            ledger.update_priorities(batch, errors)
 
     def write() -> None:
         for _ in range(ACTOR_OPS // 2):
@@ -232,12 +231,37 @@ def test_ledger_iteration_with_concurrent_writers_and_snapshots() -> None:
             sampler.update_priorities(rng.integers(0, STABLE, 3), rng.uniform(0.0, 5.0, 3))
 
     def snapshot() -> None:
-        for _ in range(400):
+        for _ in range(2 * LEARNER_OPS):
             check.parse(ledger.state_dict())
-            assert 0 <= ledger.pending <= 1 and ledger.yielded >= 0
+            assert 0 <= ledger.pending <= 1
 
-    run_threads([train, write, snapshot])
+    run_threads([train, write, snapshot, snapshot])
     assert ledger.pending == 0
+
+
+def test_ledger_draws_from_two_threads_record_their_own_beta() -> None:
+    """``DrawLedger.sample`` reads β, draws and records the draw as one step: with a β schedule
+    the recorded βs are exactly the schedule's values at draws 0, 1, 2, ... (none read twice), and
+    each draw's weights are ``(P_min / P(i))^β`` at its own recorded β."""
+    draws = 400  # per thread: every draw stays pending (at most ledger.MAX_PENDING = 1024)
+    schedule = LinearSchedule(0.0, 1.0, 4 * draws)
+    sampler = PrioritizedSampler(CAPACITY, alpha=0.7, beta=schedule, backend="rank", seed=5)
+    sampler.update_priorities(np.arange(CAPACITY), np.random.default_rng(6).uniform(0.0, 5.0, CAPACITY))
+    ledger = DrawLedger(sampler)
+    p_min = float(sampler.probabilities(np.arange(CAPACITY)).min())
+
+    def draw() -> None:
+        for _ in range(draws):
+            ledger.sample(2)
+
+    run_threads([draw, draw])
+    pending = ledger.state_dict()["pending"]
+    assert len(pending) == 2 * draws
+    betas = sorted(entry["beta"] for entry in pending)
+    assert betas == [schedule(j) for j in range(2 * draws)], "a β was read twice"
+    for entry in pending:
+        expected = (p_min / entry["probabilities"]) ** entry["beta"]
+        np.testing.assert_allclose(entry["weights"], expected, rtol=1e-5)
 
 
 def test_lock_argument_is_shared_and_checked() -> None:
