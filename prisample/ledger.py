@@ -10,6 +10,11 @@ was drawn from.  Its state holds the sampler's state, the epoch position and the
 claimed, so a resumed run first replays those batches and then draws exactly what the
 uninterrupted run would have.
 
+Threads: the ledger guards its own state with its sampler's :attr:`~prisample.PrioritizedSampler.lock`
+(one lock, so there is no lock order to get wrong); each public call is atomic, and an iteration
+holds the lock per batch, never across a ``yield``.  ``topology`` is called under that lock and must
+not take other locks.
+
 Under DDP (``R`` ranks) each recorded draw is one global draw of ``k · R`` slots, of which this rank
 yields the strided slice ``r, r + R, …`` (:mod:`prisample.distributed` supplies ``R`` and ``r``).
 """
@@ -113,12 +118,14 @@ class DrawLedger(Sampler[int]):
     @property
     def pending(self) -> int:
         """Batches drawn (e.g. prefetched by a ``DataLoader``) and not yet claimed by :meth:`take`."""
-        return len(self._pending)
+        with self.sampler.lock:
+            return len(self._pending)
 
     @property
     def yielded(self) -> int:
         """Indices this rank has yielded in the current epoch."""
-        return self._yielded
+        with self.sampler.lock:
+            return self._yielded
 
     def _local(self, draw: Draw) -> Draw:
         return _strided(draw, *self._topology())
@@ -126,10 +133,11 @@ class DrawLedger(Sampler[int]):
     # -- draws ----------------------------------------------------------------------------------
     def sample(self, k: int) -> Draw:
         """Draw one batch of ``k · R`` slots and record it; returns this rank's ``k``."""
-        replicas, rank = self._topology()
-        beta = self.sampler.beta
-        draw = self.sampler.sample(k * replicas)
-        self._pending.append((draw, beta))
+        with self.sampler.lock:  # β, the draw and its record: one step for other threads
+            replicas, rank = self._topology()
+            beta = self.sampler.beta
+            draw = self.sampler.sample(k * replicas)
+            self._pending.append((draw, beta))
         return _strided(draw, replicas, rank)
 
     def take(self, indices: npt.ArrayLike) -> Draw:
@@ -144,20 +152,21 @@ class DrawLedger(Sampler[int]):
     def take_with_beta(self, indices: npt.ArrayLike) -> tuple[Draw, float]:
         """:meth:`take`, plus the ``β`` the batch's weights were computed with."""
         idx = as_indices(indices)
-        if not self._pending:
-            raise ValueError(
-                "indices should be the next batch this sampler drew, but none is pending "
-                f"(indices={idx[:8]}): is the DataLoader iterating this sampler?"
-            )
-        draw, beta = self._pending[0]
-        local = self._local(draw)
-        if not np.array_equal(local.indices, idx):
-            raise ValueError(
-                "indices should be the next drawn batch (a prisample.IndexedDataset, and DataLoader "
-                f"batch_size == sampler.batch_size={self.batch_size}), but got indices={idx[:8]} for "
-                f"the batch {local.indices[:8]}"
-            )
-        self._pending.popleft()
+        with self.sampler.lock:
+            if not self._pending:
+                raise ValueError(
+                    "indices should be the next batch this sampler drew, but none is pending "
+                    f"(indices={idx[:8]}): is the DataLoader iterating this sampler?"
+                )
+            draw, beta = self._pending[0]
+            local = self._local(draw)
+            if not np.array_equal(local.indices, idx):
+                raise ValueError(
+                    "indices should be the next drawn batch (a prisample.IndexedDataset, and DataLoader "
+                    f"batch_size == sampler.batch_size={self.batch_size}), but got indices={idx[:8]} "
+                    f"for the batch {local.indices[:8]}"
+                )
+            self._pending.popleft()
         return local, beta
 
     def update_priorities(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
@@ -169,24 +178,30 @@ class DrawLedger(Sampler[int]):
         return math.ceil(len(self.sampler) / self._topology()[0])
 
     def __iter__(self) -> Iterator[int]:
-        total, resume = len(self), self._resume
-        self._resume = None
-        replay: list[tuple[Draw, float]] = []
-        self._yielded = 0
-        if resume is not None:
-            consumed = resume.yielded - sum(len(self._local(d).indices) for d, _ in resume.pending)
-            if consumed < total:  # continue the checkpointed epoch, untrained batches first
-                replay, self._yielded = resume.pending, consumed
-        self._pending.clear()
+        lock = self.sampler.lock
+        with lock:
+            total, resume = len(self), self._resume
+            self._resume = None
+            replay: list[tuple[Draw, float]] = []
+            self._yielded = 0
+            if resume is not None:
+                consumed = resume.yielded - sum(len(self._local(d).indices) for d, _ in resume.pending)
+                if consumed < total:  # continue the checkpointed epoch, untrained batches first
+                    replay, self._yielded = resume.pending, consumed
+            self._pending.clear()
         for draw, beta in replay:
-            self._pending.append((draw, beta))
-            local = self._local(draw)
-            self._yielded += len(local.indices)
+            with lock:  # a draw is pending exactly while its indices count as yielded
+                self._pending.append((draw, beta))
+                local = self._local(draw)
+                self._yielded += len(local.indices)
             yield from local.indices.tolist()
-        while self._yielded < total:
-            k = min(self.batch_size, total - self._yielded)
-            local = self.sample(k)
-            self._yielded += k
+        while True:
+            with lock:
+                if self._yielded >= total:
+                    return
+                k = min(self.batch_size, total - self._yielded)
+                local = self.sample(k)
+                self._yielded += k
             yield from local.indices.tolist()
 
     def set_epoch(self, epoch: int) -> None:
@@ -196,20 +211,21 @@ class DrawLedger(Sampler[int]):
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state, the epoch position and the unclaimed draws (the same on every rank)."""
-        return {
-            "version": STATE_VERSION,
-            "sampler": self.sampler.state_dict(),
-            "yielded": self._yielded,
-            "pending": [
-                {
-                    "indices": d.indices.copy(),
-                    "weights": d.weights.copy(),
-                    "probabilities": d.probabilities.copy(),
-                    "beta": beta,
-                }
-                for d, beta in self._pending
-            ],
-        }
+        with self.sampler.lock:
+            return {
+                "version": STATE_VERSION,
+                "sampler": self.sampler.state_dict(),
+                "yielded": self._yielded,
+                "pending": [
+                    {
+                        "indices": d.indices.copy(),
+                        "weights": d.weights.copy(),
+                        "probabilities": d.probabilities.copy(),
+                        "beta": beta,
+                    }
+                    for d, beta in self._pending
+                ],
+            }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output; a malformed state raises and changes nothing.
@@ -251,10 +267,11 @@ class DrawLedger(Sampler[int]):
 
     def apply(self, parsed: _Parsed) -> None:
         """Load a state :meth:`parse` accepted (the sampler's load is atomic; the rest cannot fail)."""
-        self.sampler.load_state_dict(parsed.sampler)
-        self._pending.clear()
-        self._yielded = parsed.yielded
-        self._resume = parsed
+        with self.sampler.lock:
+            self.sampler.load_state_dict(parsed.sampler)
+            self._pending.clear()
+            self._yielded = parsed.yielded
+            self._resume = parsed
 
 
 def _check_keys(state: Any, keys: frozenset[str], name: str) -> None:

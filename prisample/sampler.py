@@ -9,8 +9,10 @@ the maximum priority of the memory, stratified batches, and importance-sampling 
 
 from __future__ import annotations
 
+import _thread
 import numbers
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -124,6 +126,10 @@ class PrioritizedSampler(Sampler[int]):
     Iterated by a ``DataLoader`` it yields ``num_samples`` indices per epoch, drawing
     ``batch_size`` at a time, so priorities updated between batches take effect at the next one.
 
+    Every public call is atomic under threads: it holds :attr:`lock`, a reentrant lock (one per
+    sampler, or the one passed as ``lock=``).  Hold :attr:`lock` yourself to make several calls
+    one atomic step, e.g. a draw and the reads of the data it names (``with s.lock: ...``).
+
     >>> s = PrioritizedSampler(4, alpha=1.0, beta=1.0, eps=1e-9, seed=0)
     >>> s.update_priorities([0, 1, 2, 3], [1.0, 1.0, 1.0, 5.0])
     >>> round(float(s.probabilities([3])[0]), 6)
@@ -146,7 +152,9 @@ class PrioritizedSampler(Sampler[int]):
         batch_size: int = 32,
         num_samples: int | None = None,
         seed: int | None = None,
+        lock: threading.RLock | None = None,
     ) -> None:
+        self._lock = _check_lock(lock)
         self.capacity = check_positive_int(capacity, "capacity")
         self._alpha = check_real(alpha, "alpha", minimum=0.0)
         self._eps = check_real(eps, "eps", minimum=0.0)
@@ -193,11 +201,12 @@ class PrioritizedSampler(Sampler[int]):
     @alpha.setter
     def alpha(self, value: float) -> None:
         alpha = check_real(value, "alpha", minimum=0.0)
-        weighed = self._raw if self.backend_name == "proportional" else _NO_PRIORITIES
-        _check_masses_fit(alpha, self._eps, self.capacity, weighed, "alpha", value)
-        self._alpha = alpha
-        self._backend.set_alpha(alpha)
-        self._writes += 1
+        with self._lock:
+            weighed = self._raw if self.backend_name == "proportional" else _NO_PRIORITIES
+            _check_masses_fit(alpha, self._eps, self.capacity, weighed, "alpha", value)
+            self._alpha = alpha
+            self._backend.set_alpha(alpha)
+            self._writes += 1
 
     @property
     def eps(self) -> float:
@@ -206,46 +215,86 @@ class PrioritizedSampler(Sampler[int]):
     @property
     def beta(self) -> float:
         """``β`` for the next draw (the schedule's value at the number of batches drawn)."""
-        return self._beta(self._step) if isinstance(self._beta, LinearSchedule) else self._beta
+        with self._lock:
+            return self._current_beta()
 
     @beta.setter
     def beta(self, value: float | LinearSchedule) -> None:
         if isinstance(value, LinearSchedule):
             check_beta(value.start, "beta.start")
             check_beta(value.end, "beta.end")
-            self._beta: float | LinearSchedule = value
+            beta: float | LinearSchedule = value
         else:
-            self._beta = check_beta(value)
+            beta = check_beta(value)
+        with self._lock:
+            self._beta = beta
+
+    def _current_beta(self) -> float:
+        return self._beta(self._step) if isinstance(self._beta, LinearSchedule) else self._beta
 
     @property
     def size(self) -> int:
         """Number of valid slots ``N``."""
-        return self._backend.count
+        with self._lock:
+            return self._backend.count
 
     @property
     def max_priority(self) -> float:
         """Largest raw priority among valid slots (1 while none is valid): new slots enter here."""
+        with self._lock:
+            return self._max_priority()
+
+    def _max_priority(self) -> float:
         return self._backend.max_priority() if self._backend.count else 1.0
 
     @property
     def priorities(self) -> npt.NDArray[np.float64]:
         """Copy of the raw priorities; NaN for empty slots (never added, or removed)."""
-        return self._raw.copy()
+        with self._lock:
+            return self._raw.copy()
 
     @property
     def corrections(self) -> npt.NDArray[np.float64]:
         """Copy of the per-slot correction factors ``c_i`` (1 unless set); NaN for empty slots."""
-        if self._corrections is not None:
-            return self._corrections.copy()
-        return np.where(np.isnan(self._raw), np.nan, 1.0)
+        with self._lock:
+            if self._corrections is not None:
+                return self._corrections.copy()
+            return np.where(np.isnan(self._raw), np.nan, 1.0)
 
     @property
     def nbytes(self) -> int:
         """Bytes held in the sampler's arrays (priorities, corrections, the backend's structure)."""
-        return _arrays_nbytes(
-            self._raw, self._backend, self._corrections, self._corrections_max,
-            self._log_corrections, self._log_shifted,
-        )  # fmt: skip
+        with self._lock:
+            return _arrays_nbytes(
+                self._raw, self._backend, self._corrections, self._corrections_max,
+                self._log_corrections, self._log_shifted,
+            )  # fmt: skip
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The reentrant lock every public call holds (the one passed as ``lock=``, if any).
+
+        Hold it to make several calls one atomic step for other threads, e.g. a draw and the
+        gather of the data it names::
+
+            with sampler.lock:
+                draw = sampler.sample(32)
+                batch = storage[draw.indices]
+
+        Copies and unpickled samplers get a fresh lock; to copy or pickle a sampler that other
+        threads are writing to, hold its lock around the copy.
+        """
+        return self._lock
+
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            state = self.__dict__.copy()
+        del state["_lock"]  # a lock cannot be pickled, and a copy must not share it
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     # -- writes ---------------------------------------------------------------------------------
     def add(self, indices: npt.ArrayLike, *, corrections: npt.ArrayLike | None = None) -> None:
@@ -255,14 +304,15 @@ class PrioritizedSampler(Sampler[int]):
         the importance ratio ``ρ`` of the transition written there), or 1 when it is ``None``.
         """
         idx = as_indices(indices)
-        check_slots(self._raw, idx, need_filled=False)
         factors = None if corrections is None else self._check_corrections(corrections, idx)
-        self._backend.write(idx, np.full(idx.shape[0], self.max_priority))
-        self._priorities_written(idx)
-        if factors is not None:
-            self._write_corrections(idx, factors)
-        elif self._corrections_max is not None:
-            self._write_corrections(idx, np.ones(idx.shape[0]))
+        with self._lock:
+            check_slots(self._raw, idx, need_filled=False)
+            self._backend.write(idx, np.full(idx.shape[0], self._max_priority()))
+            self._priorities_written(idx)
+            if factors is not None:
+                self._write_corrections(idx, factors)
+            elif self._corrections_max is not None:
+                self._write_corrections(idx, np.ones(idx.shape[0]))
 
     def set_corrections(self, indices: npt.ArrayLike, corrections: npt.ArrayLike) -> None:
         """Set the correction factors ``c_i`` of filled slots; last duplicate wins.
@@ -278,9 +328,10 @@ class PrioritizedSampler(Sampler[int]):
         [0.25, 1.0, 0.5]
         """
         idx = as_indices(indices)
-        check_slots(self._raw, idx)
         factors = self._check_corrections(corrections, idx)
-        self._write_corrections(idx, factors)
+        with self._lock:
+            check_slots(self._raw, idx)
+            self._write_corrections(idx, factors)
 
     @staticmethod
     def _check_corrections(corrections: npt.ArrayLike, idx: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
@@ -323,18 +374,20 @@ class PrioritizedSampler(Sampler[int]):
         """
         idx = as_indices(indices)
         values = as_priorities(priorities, idx.shape[0])
-        check_slots(self._raw, idx, values)
-        self._backend.write(idx, values)
-        self._priorities_written(idx)
+        with self._lock:
+            check_slots(self._raw, idx, values)
+            self._backend.write(idx, values)
+            self._priorities_written(idx)
 
     def remove(self, indices: npt.ArrayLike) -> None:
         """Empty slots: they are never drawn until added again."""
         idx = as_indices(indices)
-        check_slots(self._raw, idx, need_filled=False)
-        self._backend.write(idx, np.full(idx.shape[0], np.nan))
-        self._priorities_written(idx)
-        if self._corrections_max is not None:
-            self._write_corrections(idx, np.full(idx.shape[0], np.nan))
+        with self._lock:
+            check_slots(self._raw, idx, need_filled=False)
+            self._backend.write(idx, np.full(idx.shape[0], np.nan))
+            self._priorities_written(idx)
+            if self._corrections_max is not None:
+                self._write_corrections(idx, np.full(idx.shape[0], np.nan))
 
     # -- draws ----------------------------------------------------------------------------------
     def sample(self, k: int) -> Draw:
@@ -343,29 +396,32 @@ class PrioritizedSampler(Sampler[int]):
             k = check_positive_int(k, "k")
         elif k < 1:
             raise ValueError(f"k should be an integer >= 1, but got k={k}")
-        if self._backend.count == 0:
-            raise ValueError("cannot sample from an empty sampler (size=0): add slots first")
-        slots, probabilities = self._backend.sample(k, self._rng)
-        weights = self._weights(slots, probabilities)
-        self._step += 1
+        with self._lock:
+            if self._backend.count == 0:
+                raise ValueError("cannot sample from an empty sampler (size=0): add slots first")
+            slots, probabilities = self._backend.sample(k, self._rng)
+            weights = self._weights(slots, probabilities)
+            self._step += 1
         return Draw(slots, weights, probabilities)
 
     def weights(self, indices: npt.ArrayLike) -> npt.NDArray[np.float32]:
         """Importance weights of filled slots under the current distribution, ``β`` and
         correction factors (0 for a slot of probability 0)."""
         idx = as_indices(indices)
-        check_slots(self._raw, idx)
-        if idx.shape[0] == 0:
-            return np.empty(0, dtype=np.float32)
-        return self._weights(idx, self._backend.probabilities(idx))
+        with self._lock:
+            check_slots(self._raw, idx)
+            if idx.shape[0] == 0:
+                return np.empty(0, dtype=np.float32)
+            return self._weights(idx, self._backend.probabilities(idx))
 
     def probabilities(self, indices: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """Per-draw probabilities ``P(i)`` of filled slots."""
         idx = as_indices(indices)
-        check_slots(self._raw, idx)
-        if idx.shape[0] == 0:
-            return np.empty(0, dtype=np.float64)
-        return self._backend.probabilities(idx)
+        with self._lock:
+            check_slots(self._raw, idx)
+            if idx.shape[0] == 0:
+                return np.empty(0, dtype=np.float64)
+            return self._backend.probabilities(idx)
 
     def _weights(
         self, slots: npt.NDArray[np.int64], probabilities: npt.NDArray[np.float64]
@@ -376,7 +432,7 @@ class PrioritizedSampler(Sampler[int]):
             return np.ones(probabilities.shape[0], dtype=np.float32)
         min_probability = self._backend.min_probability() if self.weight_norm == "memory" else 1.0
         return weights_unchecked(
-            probabilities, self._backend.count, self.beta, self.weight_norm, min_probability
+            probabilities, self._backend.count, self._current_beta(), self.weight_norm, min_probability
         )
 
     def _corrected_weights(
@@ -387,7 +443,7 @@ class PrioritizedSampler(Sampler[int]):
         n, norm = self._backend.count, self.weight_norm
         greedy = self.backend_name == "greedy"  # no importance sampling: the factors alone
         p = np.ones(slots.shape[0]) if greedy else probabilities
-        beta = 0.0 if greedy else self.beta
+        beta = 0.0 if greedy else self._current_beta()
         min_probability, memory_max = 1.0, 1.0
         if norm == "memory":
             # Factors are taken relative to the largest in the memory, so tiny ones cannot
@@ -447,6 +503,7 @@ class PrioritizedSampler(Sampler[int]):
 
     # -- torch Sampler protocol -----------------------------------------------------------------
     def __iter__(self) -> Iterator[int]:
+        # One sample() per batch: the lock is never held across a yield.
         remaining = len(self)
         while remaining > 0:
             k = min(self.batch_size, remaining)
@@ -454,15 +511,22 @@ class PrioritizedSampler(Sampler[int]):
             remaining -= k
 
     def __len__(self) -> int:
-        return self.num_samples if self.num_samples is not None else self.size
+        with self._lock:
+            return self.num_samples if self.num_samples is not None else self._backend.count
 
     def set_epoch(self, epoch: int) -> None:
         """Record the epoch (the ``DistributedSampler`` protocol); draws depend on the RNG only."""
-        self.epoch = check_integer(epoch, "epoch")
+        epoch = check_integer(epoch, "epoch")
+        with self._lock:
+            self.epoch = epoch
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Everything needed for identical future draws (plain Python and numpy values)."""
+        with self._lock:
+            return self._state_dict()
+
+    def _state_dict(self) -> dict[str, Any]:
         beta = self._beta
         return {
             "version": STATE_VERSION,
@@ -488,7 +552,7 @@ class PrioritizedSampler(Sampler[int]):
         """Raise ``ValueError``/``TypeError`` (naming the key) unless :meth:`load_state_dict`
         would accept ``state``; changes nothing.  For owners that load several pieces at once
         (e.g. a replay memory and its sampler) and must check all of them before any is loaded."""
-        _restore(state, self.capacity, self.backend_name)
+        _restore(state, self.capacity, self.backend_name)  # reads only what never changes: no lock
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output; the sampler then draws exactly as the saved one.
@@ -498,14 +562,28 @@ class PrioritizedSampler(Sampler[int]):
         the priorities, the RNG state); a state the constructor or the setters would refuse
         raises ``ValueError``/``TypeError`` naming the key, and leaves the sampler as it was.
         """
-        restored = _restore(state, self.capacity, self.backend_name)
-        (
-            self._raw, self._alpha, self._eps, self._beta, self.weight_norm, self.batch_size,
-            self.num_samples, self._step, self.epoch, self._backend, self._rng,
-            self._corrections, self._corrections_max, self._log_corrections, self._log_shifted,
-        ) = restored  # fmt: skip
-        self._memory_max_cache = None
-        self._writes += 1
+        restored = _restore(state, self.capacity, self.backend_name)  # built aside: no lock needed
+        with self._lock:
+            (
+                self._raw, self._alpha, self._eps, self._beta, self.weight_norm, self.batch_size,
+                self.num_samples, self._step, self.epoch, self._backend, self._rng,
+                self._corrections, self._corrections_max, self._log_corrections, self._log_shifted,
+            ) = restored  # fmt: skip
+            self._memory_max_cache = None
+            self._writes += 1
+
+
+def _check_lock(lock: Any) -> threading.RLock:
+    """A fresh ``threading.RLock``, or ``lock`` if it is one.  A plain ``Lock`` is refused: the
+    owner of a shared lock holds it around sampler calls, which take it again."""
+    if lock is None:
+        return threading.RLock()
+    if not isinstance(lock, _thread.RLock):
+        raise TypeError(
+            f"lock should be a threading.RLock (reentrant: whoever holds it calls the sampler, "
+            f"which takes it again), but got a {type(lock).__module__}.{type(lock).__qualname__}"
+        )
+    return lock
 
 
 def _check_num_samples(value: Any) -> int:
