@@ -31,6 +31,7 @@ from prisample.replay._checks import (
     warn_if_too_large,
 )
 from prisample.replay.batch import ReplayBatch
+from prisample.replay.device import Columns, DeviceReader, TorchFrames, as_device
 from prisample.replay.frames import POOL_ARRAYS, FramePool, reserve_rows
 
 STATE_VERSION = 1  # ReplayMemory's state
@@ -120,6 +121,12 @@ class ReplayMemory:
     (1, 3)
     """
 
+    # Per-transition columns: views of ``_columns.host`` (see :meth:`_column_spec`).
+    _action: npt.NDArray[Any]
+    _reward: npt.NDArray[np.float32]
+    _discount: npt.NDArray[np.float32]
+    _generation: IntArray
+
     def __init__(
         self,
         capacity: int,
@@ -131,8 +138,12 @@ class ReplayMemory:
         action_dtype: npt.DTypeLike = np.int64,
         num_streams: int = 1,
         frame_capacity: int | None = None,
+        device: Any = None,
     ) -> None:
         self.capacity = check_positive_int(capacity, "capacity")
+        self.device = as_device(device)
+        """``None``: numpy batches; a ``torch.device``: batches of tensors there (see
+        :mod:`prisample.replay.device` for what lives where)."""
         self.obs_shape = as_shape(obs_shape, "obs_shape")
         self.obs_dtype = as_dtype(obs_dtype, "obs_dtype")
         self.frame_stack = check_positive_int(frame_stack, "frame_stack")
@@ -153,19 +164,49 @@ class ReplayMemory:
         f, c = self.frame_capacity, self.capacity
         action_nbytes = self.action_dtype.itemsize * math.prod(self.action_shape)
         warn_if_too_large(f * frame_nbytes + c * (8 * stack + 16 + action_nbytes))
-        self.frame_pool = FramePool(f, self.obs_shape, self.obs_dtype, stack, self.num_streams)
+        self.frame_pool = FramePool(f, self.obs_shape, self.obs_dtype, stack, self.num_streams, self.device)
         """The frames of the stored stacks (each distinct frame once)."""
         self._float_obs = self.obs_dtype.kind in "fc"  # checked finite on every add
         self._obs_rows = np.zeros((c, stack), dtype=np.int32)
         self._next_rows = np.zeros((c, stack), dtype=np.int32)
-        self._action = np.zeros((c, *self.action_shape), dtype=self.action_dtype)
-        self._reward = np.zeros(c, dtype=np.float32)
-        self._discount = np.zeros(c, dtype=np.float32)
-        self._generation = np.full(c, -1, dtype=np.int64)  # number of the transition in the slot
+        self._columns = Columns(c, self._column_spec(), self.device)  # mirrored on a device
+        self._bind_columns()
+        self._generation[...] = -1  # number of the transition in the slot
+        self._reader = None if self.device is None else DeviceReader(self._pool_storage(), self._columns)
         self._stream_ended = np.ones(self.num_streams, dtype=np.bool_)
         self._evicted = np.zeros(c + 1, dtype=np.int64)
         self._tail = 0  # transitions numbered [tail, head) are live
         self._head = 0
+
+    def _column_spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
+        """The per-transition columns (host arrays ``_<name>``; gathered on the device too)."""
+        return {
+            "action": (self.action_shape, self.action_dtype),
+            "reward": ((), np.dtype(np.float32)),
+            "discount": ((), np.dtype(np.float32)),
+            "generation": ((), np.dtype(np.int64)),
+        }
+
+    def _bind_columns(self) -> None:
+        for name, array in self._columns.host.items():
+            setattr(self, f"_{name}", array)
+
+    def _pool_storage(self) -> TorchFrames:
+        storage = self.frame_pool.storage
+        assert isinstance(storage, TorchFrames)
+        return storage
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in self._columns.host:  # views of the columns' arrays: rebound on load
+            del state[f"_{name}"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._bind_columns()
+        if self._reader is not None:
+            self._reader = DeviceReader(self._pool_storage(), self._columns)
 
     # -- properties -----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -189,11 +230,8 @@ class ReplayMemory:
     @property
     def nbytes(self) -> int:
         """Bytes held in the memory's arrays (frame pool, rows, actions, rewards, bookkeeping)."""
-        arrays = (
-            self._obs_rows, self._next_rows, self._action, self._reward, self._discount,
-            self._generation, self._stream_ended, self._evicted,
-        )  # fmt: skip
-        return self.frame_pool.nbytes + sum(a.nbytes for a in arrays)
+        arrays = (self._obs_rows, self._next_rows, self._stream_ended, self._evicted)
+        return self.frame_pool.nbytes + self._columns.nbytes + sum(a.nbytes for a in arrays)
 
     # -- writes ---------------------------------------------------------------------------------
     def add(
@@ -255,6 +293,7 @@ class ReplayMemory:
             raise ValueError(f"stream should lie in [0, {self.num_streams}), but got stream={stream}")
         slot, evicted = self._commit(obs_w, next_w, action_a, reward_f, discount_f, bool(episode_end),
                                      int(stream))  # fmt: skip
+        self.frame_pool.flush()
         slots = np.array([slot], dtype=np.int64)
         return Inserted(slots, evicted, np.array([evicted.shape[0]], dtype=np.int64), slots)
 
@@ -358,6 +397,7 @@ class ReplayMemory:
                 evicted.append(out)
                 total += out.shape[0]
             until[i] = total
+        self.frame_pool.flush()  # a vector step's new frames in one write
         gone = np.concatenate(evicted) if evicted else np.empty(0, dtype=np.int64)
         # a slot written here and evicted later in the call is not drawable
         live = slots if total == 0 else slots[self._generation[slots] >= self._tail]
@@ -411,7 +451,7 @@ class ReplayMemory:
         generation = self._generation[idx]
         return np.where(generation >= self._tail, generation, -1)
 
-    def get(self, slots: npt.ArrayLike) -> ReplayBatch:
+    def get(self, slots: npt.ArrayLike, *, weights: npt.ArrayLike | None = None) -> ReplayBatch:
         """Transitions in ``slots`` as a :class:`ReplayBatch`: ``obs``, ``action``, ``reward``
         (float32), ``discount`` (float32), ``next_obs`` and ``generation`` (the transition's number,
         int64), also readable as ``batch["obs"]``.
@@ -419,30 +459,49 @@ class ReplayMemory:
         ``obs``/``next_obs`` have shape ``(k, frame_stack, *obs_shape)``, or ``(k, *obs_shape)``
         when ``frame_stack = 1``; they may be views of one array holding each frame once, so
         write to copies.  Every slot must hold a live transition.
+
+        With a torch ``device`` every field is a tensor there (same dtypes; may be strided views of
+        one gathered tensor).  ``weights`` (importance weights, one per slot) are carried along as
+        ``batch.weights`` (float32, moved to the device in the same copy as the slots).
         """
         idx = self._slots(slots)
         dead = self._generation[idx] < self._tail
         if dead.any():
             j = int(np.argmax(dead))
             raise ValueError(f"slots should hold live transitions, but got slots[{j}]={idx[j]} (empty)")
-        return self._gather(idx)
+        w = None
+        if weights is not None:
+            w = cast(to_numpy(weights, "weights"), np.dtype(np.float32), "weights")
+            if w.shape != idx.shape:
+                raise ValueError(f"weights should have one value per slot ({idx.shape[0]}), but got shape {w.shape}")
+        return self._gather(idx, w)
 
-    def _gather(self, idx: IntArray) -> ReplayBatch:
+    def _gather(self, idx: IntArray, weights: npt.NDArray[np.float32] | None = None) -> ReplayBatch:
         obs_rows, next_rows = self._obs_rows[idx], self._next_rows[idx]
         stack, pool = self.frame_stack, self.frame_pool
-        if stack > 1 and np.array_equal(obs_rows[:, 1:], next_rows[:, :-1]):
-            # next_obs shares all but its newest frame with obs: gather each frame once and
-            # return two overlapping views of the (k, frame_stack + 1, ...) result
-            both = pool.gather(np.concatenate((obs_rows, next_rows[:, -1:]), axis=1))
+        # next_obs sharing all but its newest frame with obs: gather each frame once and return
+        # two overlapping views of the (k, frame_stack + 1, ...) result
+        shared = stack > 1 and np.array_equal(obs_rows[:, 1:], next_rows[:, :-1])
+        rows = (
+            np.concatenate((obs_rows, next_rows[:, -1:]), axis=1) if shared
+            else np.stack((obs_rows, next_rows), axis=1)  # (k, 2, stack)
+        )  # fmt: skip
+        if self._reader is None:
+            both = pool.gather(rows)
+            columns = {name: array[idx] for name, array in self._columns.host.items()}
+        else:
+            pool.flush()
+            both, columns, weights = self._reader.read(rows, idx, weights, self._head)  # type: ignore[assignment]
+        if shared:
             obs, next_obs = both[:, :stack], both[:, 1:]
         else:
-            both = pool.gather(np.stack((obs_rows, next_rows), axis=1))  # (k, 2, stack, ...)
             obs, next_obs = both[:, 0], both[:, 1]
             if stack == 1:
                 obs, next_obs = obs[:, 0], next_obs[:, 0]
         return ReplayBatch(
-            obs, self._action[idx], self._reward[idx], self._discount[idx], next_obs, self._generation[idx]
-        )
+            obs, columns["action"], columns["reward"], columns["discount"], next_obs, columns["generation"],
+            weights=weights,
+        )  # fmt: skip
 
     def _slots(self, slots: npt.ArrayLike, name: str = "slots") -> IntArray:
         """``slots`` checked in range; errors name the argument as the caller's caller calls it."""
@@ -503,6 +562,7 @@ class ReplayMemory:
         arrays, counters = checked.arrays, checked.counters
         for name in self._RING_ARRAYS:
             getattr(self, f"_{name}")[...] = arrays[name]
+        self._columns.invalidate()
         self.frame_pool.commit_state(arrays, counters["nfree"])
         self._tail, self._head = counters["tail"], counters["head"]
 
@@ -524,11 +584,14 @@ class ReplayMemory:
             if not same_config_value(config[key], value):
                 raise ValueError(f"state_dict config {key} should be {value!r}, but got {config[key]!r}")
         arrays = {}
-        for name, target in self._state_arrays().items():
+        spec = {name: (getattr(self, f"_{name}").dtype, getattr(self, f"_{name}").shape)
+                for name in self._RING_ARRAYS}  # fmt: skip
+        spec.update(self.frame_pool.state_spec())  # no copy of frames on a device
+        for name, (dtype, shape) in spec.items():
             arrays[name] = array = as_state_array(state[name], f"state_dict {name}")
-            if array.dtype != target.dtype or array.shape != target.shape:
+            if array.dtype != dtype or array.shape != shape:
                 raise ValueError(
-                    f"state_dict {name} should be {target.dtype}{list(target.shape)}, "
+                    f"state_dict {name} should be {dtype}{list(shape)}, "
                     f"but got {array.dtype}{list(array.shape)}"
                 )
         counters = {}
@@ -551,6 +614,7 @@ class ReplayMemory:
         discounts in ``[0, 1]``, live float actions and used float frames finite.
         """
         self._check_invariants(self._state_arrays(), self._counters(), "")
+        self.frame_pool.check_cache()
 
     def _check_invariants(
         self, a: dict[str, npt.NDArray[Any]], counters: dict[str, int], prefix: str

@@ -64,6 +64,7 @@ class PrioritizedReplay:
         action_dtype: npt.DTypeLike = np.int64,
         num_streams: int = 1,
         frame_capacity: int | None = None,
+        device: Any = None,
         alpha: float = 0.6,
         beta: float | LinearSchedule = 0.4,
         eps: float = 1e-6,
@@ -78,7 +79,7 @@ class PrioritizedReplay:
         self.memory = ReplayMemory(
             capacity, obs_shape, obs_dtype=obs_dtype, frame_stack=frame_stack,
             action_shape=action_shape, action_dtype=action_dtype, num_streams=num_streams,
-            frame_capacity=frame_capacity,
+            frame_capacity=frame_capacity, device=device,
         )  # fmt: skip
         self._drawn = np.full(self.memory.capacity, -1, dtype=np.int64)  # generation at last draw
         self.dropped_updates = 0
@@ -150,10 +151,15 @@ class PrioritizedReplay:
 
     def sample(self, k: int) -> tuple[ReplayBatch, Draw]:
         """Draw ``k`` live transitions: ``(batch, draw)`` with ``batch`` as :meth:`ReplayMemory.get`
-        returns it and ``draw`` the slots, importance weights and probabilities."""
+        returns it and ``draw`` the slots, importance weights and probabilities (numpy, on the
+        host).  ``batch.weights`` holds the weights too, as a float32 tensor on ``device`` when
+        the memory has one (numpy otherwise)."""
         draw = self.sampler.sample(k)
-        batch = self.memory.get(draw.indices)
-        self._drawn[draw.indices] = batch.generation
+        batch = self.memory.get(draw.indices, weights=draw.weights)
+        generation = batch.generation
+        if not isinstance(generation, np.ndarray):  # on the device: read the host's copy
+            generation = self.memory.generations(draw.indices)
+        self._drawn[draw.indices] = generation
         return batch, draw
 
     def update_priorities(
@@ -161,7 +167,9 @@ class PrioritizedReplay:
     ) -> None:
         """Set raw priorities (``|δ|``) of drawn slots; entries for rewritten slots are dropped.
 
-        Accepts numpy arrays, torch tensors and lists; duplicates: the last entry wins.  The number
+        Accepts numpy arrays, torch tensors on any device and lists; duplicates: the last entry
+        wins.  A CUDA tensor is copied to the host here (one implicit synchronisation: it waits
+        for the work that computed it); ``generations=batch.generation`` on the device likewise.  The number
         of dropped entries accumulates in :attr:`dropped_updates`.
         """
         idx = as_indices(indices, "indices")
