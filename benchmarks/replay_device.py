@@ -151,7 +151,7 @@ def run(device_name: str, n: int, steps: int, blocks: int, period: int) -> dict[
     drawn = [replay.sample(BATCH) for _ in range(stream.period)]
 
     def update(i: int) -> None:
-        batch, draw = drawn[i % len(drawn)]
+        _, draw = drawn[i % len(drawn)]
         replay.update_priorities(draw.indices, tds[i % stream.period])
 
     block = max(1, steps // blocks)

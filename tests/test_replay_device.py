@@ -100,9 +100,10 @@ def test_dtypes_float_frames_and_vector_actions(device: str) -> None:
         b.add(*args, episode_end=True)
     batch_a, batch_b = a.get([3, 1, 1]), b.get([3, 1, 1])
     for key in FIELDS:
-        assert batch_b[key].dtype == {np.dtype(np.float32): torch.float32, np.dtype(np.int64): torch.int64}[
-            batch_a[key].dtype
-        ]
+        assert (
+            batch_b[key].dtype
+            == {np.dtype(np.float32): torch.float32, np.dtype(np.int64): torch.int64}[batch_a[key].dtype]
+        )
         np.testing.assert_array_equal(host(batch_b[key]), batch_a[key])
     assert batch_b.weights is None
     assert ReplayMemory(4, FRAME, device=device).get  # uint8 frames: checked in the test above

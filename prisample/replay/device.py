@@ -62,7 +62,9 @@ def torch_dtype(dtype: np.dtype[Any], name: str) -> torch.dtype:
     try:
         return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
     except TypeError:
-        raise TypeError(f"{name} should be a dtype torch supports for device=, but got {name}={dtype}") from None
+        raise TypeError(
+            f"{name} should be a dtype torch supports (device=), but got {name}={dtype}"
+        ) from None
 
 
 class _Pinned:
@@ -94,7 +96,7 @@ class _Pinned:
     def done(self, i: int) -> None:
         """Copies from buffer ``i`` were issued: it is busy until they complete."""
         if self.cuda:
-            event = torch.cuda.Event()
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
             event.record(torch.cuda.current_stream(self.device))
             self._events[i] = event
 

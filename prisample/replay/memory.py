@@ -473,7 +473,9 @@ class ReplayMemory:
         if weights is not None:
             w = cast(to_numpy(weights, "weights"), np.dtype(np.float32), "weights")
             if w.shape != idx.shape:
-                raise ValueError(f"weights should have one value per slot ({idx.shape[0]}), but got shape {w.shape}")
+                raise ValueError(
+                    f"weights should have one value per slot ({idx.shape[0]}), but got shape {w.shape}"
+                )
         return self._gather(idx, w)
 
     def _gather(self, idx: IntArray, weights: npt.NDArray[np.float32] | None = None) -> ReplayBatch:
