@@ -307,6 +307,11 @@ class NStepAccumulator:
         self._result = np.zeros((c, 2), dtype=np.float32)
         self._arrays = (self._queue, self._sums, self._ring, self._track, self._result)
         self._out = np.empty(self.n, dtype=np.int64)
+        self._bind_views()
+
+    _VIEWS = ("reward", "discount", "last", "length")
+
+    def _bind_views(self) -> None:
         self.reward: npt.NDArray[np.float32] = _read_only(self._result[:, _REWARD])
         """Per slot: the completed window's ``Σ_{k<m} (Π_{j<k} γ_{t+j}) r_{t+k}`` (float32)."""
         self.discount: npt.NDArray[np.float32] = _read_only(self._result[:, _DISCOUNT])
@@ -315,6 +320,16 @@ class NStepAccumulator:
         """Per slot: the slot whose ``next_obs`` is ``s_{t+m}`` (-1 while not complete)."""
         self.length: IntArray = _read_only(self._track[:, _LENGTH])
         """Per slot: the window's length ``m`` (0 while not complete)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in self._VIEWS:  # views of _result/_track: a pickle or deepcopy would detach them
+            del state[name]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._bind_views()
 
     # -- reads ----------------------------------------------------------------------------------
     @property

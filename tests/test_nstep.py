@@ -6,6 +6,7 @@ import copy
 import math
 import pickle
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pytest
@@ -496,3 +497,14 @@ def test_inconsistent_states_are_refused():
         with pytest.raises(ValueError, match="state_dict"):
             acc.load_state_dict(bad)
         assert states_equal(acc.state_dict(), good), what
+
+
+@pytest.mark.parametrize("clone", [copy.deepcopy, lambda acc: pickle.loads(pickle.dumps(acc))])
+def test_copies_keep_their_result_views(clone: Any) -> None:
+    """reward/discount/last/length are views of the packed arrays: a copy rebinds them to its own
+    (a detached view would show the windows as they were when copied)."""
+    twin = clone(NStepAccumulator(3, 1, 8))
+    for t in range(3):
+        twin.push(t, t, 0, 1.0, 0.5)
+    assert (int(twin.last[0]), float(twin.reward[0]), int(twin.length[0])) == (2, 1.75, 3)
+    assert float(twin.discount[0]) == 0.125 and not twin.reward.flags.writeable

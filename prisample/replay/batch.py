@@ -17,7 +17,8 @@ Obs = Any
 
 @dataclass(frozen=True, eq=False)
 class ReplayBatch(Mapping[str, Any]):
-    """``k`` transitions ``(s_t, a_t, r, γ, s')`` read from a replay memory.
+    """``k`` transitions ``(s_t, a_t, r, γ, s')`` read from a replay memory: numpy arrays, or torch
+    tensors on the memory's ``device``.
 
     With ``n_step = n`` the reward and discount are the window's (``Σ_{k<m} (Π_{j<k} γ_{t+j})
     r_{t+k}`` and ``Π_{k<m} γ_{t+k}``) and ``next_obs`` is ``s_{t+m}``; with ``n = 1`` they are
@@ -49,6 +50,10 @@ class ReplayBatch(Mapping[str, Any]):
     """Number of each start transition (int64): pass to ``update_priorities(generations=...)``."""
     extras: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
     """Per-transition extras by name (the start transition's), ``(k, *shape)`` each."""
+    weights: Any = None
+    """Importance weights (float32, ``(k,)``) when the batch comes from a prioritized draw, in the
+    batch's kind (numpy, or a tensor on the memory's device); ``None`` otherwise.  Not a mapping
+    key (``draw.weights`` holds the same values on the host)."""
 
     def __getitem__(self, key: str) -> Any:
         if key in FIELDS:

@@ -20,13 +20,18 @@ many it released.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Union
 
 import numba
 import numpy as np
 import numpy.typing as npt
+import torch
+
+from prisample.replay.device import TorchFrames
 
 IntArray = npt.NDArray[np.int64]
+FrameStorage = Union["NumpyFrames", TorchFrames]
+_STAGE_RESERVE = 2  # frames one store may stage, per frame of a stack
 
 # The pool state's arrays, each the attribute ``_<name>``.
 POOL_ARRAYS = ("frames", "refs", "free", "stream_obs", "stream_next", "stream_live")
@@ -59,10 +64,10 @@ def _equal(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 @numba.njit(cache=True)
-def _shifted(frames: np.ndarray, rows: np.ndarray, stack: np.ndarray) -> bool:
-    """Whether frames ``rows[1:]`` equal ``stack[:-1]`` (a stack moved on by one frame)."""
+def _shifted(cache: np.ndarray, slots: np.ndarray, stack: np.ndarray) -> bool:
+    """Whether the cached frames ``slots[1:]`` equal ``stack[:-1]`` (a stack moved on by one frame)."""
     for j in range(stack.shape[0] - 1):  # noqa: SIM110 (numba compiles the loop, not a generator)
-        if not _equal(frames[rows[j + 1]], stack[j]):
+        if not _equal(cache[slots[j + 1]], stack[j]):
             return False
     return True
 
@@ -83,6 +88,9 @@ def _plan_full(stack: np.ndarray, codes: np.ndarray, sources: np.ndarray, n_new:
 @numba.njit(cache=True)
 def _store_kernel(
     frames: np.ndarray,
+    stage: np.ndarray,
+    stage_rows: np.ndarray,
+    nstage: int,
     refs: np.ndarray,
     free: np.ndarray,
     nfree: int,
@@ -91,40 +99,52 @@ def _store_kernel(
     stream_obs: np.ndarray,
     stream_next: np.ndarray,
     stream_live: np.ndarray,
+    cache: np.ndarray,
+    cache_obs: np.ndarray,
+    cache_next: np.ndarray,
     obs: np.ndarray,
     next_obs: np.ndarray,
     stream: int,
     tail: int,
     head: int,
     released: np.ndarray,
-) -> tuple[int, int, int, int, bool]:
+) -> tuple[int, int, int, int, int, bool]:
     """Store one transition's stacks (frames as machine words, one row per frame) in table entry
     ``head`` (row ``head % len(table)``).
 
     A pool row is shared when its bytes equal the frame: ``obs`` equal to the stream's last
     ``next_obs`` or its last ``obs`` moved on by one frame, ``next_obs`` equal to ``obs`` (or the
-    last ``next_obs``) moved on by one frame, repeated frames in a stack.  Codes ``>= 0`` are
-    shared rows, ``-i-1`` the ``i``-th new frame.  Releases table entries ``tail, tail + 1, ...``
-    (below ``head``): the one being written, then more until the new frames fit.  Returns
-    ``(table row written, nfree, tail, number released, obs continued the stream)``.
+    last ``next_obs``) moved on by one frame, repeated frames in a stack.  The stream's last
+    stacks are compared as held in ``cache[stream]`` (slots ``cache_obs[stream]``,
+    ``cache_next[stream]``), never in the pool, which is only written: new frames go to
+    ``frames[row]`` when ``frames`` has rows, else to ``stage`` with their rows in ``stage_rows``
+    (a row staged again overwrites its staged frame).  Codes ``>= 0`` are shared rows, ``-i-1``
+    the ``i``-th new frame.  Releases table entries ``tail, tail + 1, ...`` (below ``head``): the
+    one being written, then more until the new frames fit.  Returns ``(table row written, nfree,
+    tail, number released, nstage, obs continued the stream)``.
     """
     stack, capacity = obs.shape[0], obs_rows.shape[0]
     live = stream_live[stream]
     last_obs, last_next = stream_obs[stream], stream_next[stream]
+    held, held_obs, held_next = cache[stream], cache_obs[stream], cache_next[stream]
     obs_codes = np.empty(stack, dtype=np.int64)
     next_codes = np.empty(stack, dtype=np.int64)
+    obs_slots = np.empty(stack, dtype=np.int64)  # cache slot of each shared frame
+    next_slots = np.empty(stack, dtype=np.int64)
     sources = np.empty((2 * stack, 2), dtype=np.int64)  # (0: obs / 1: next_obs, frame index)
     n_new = 0
     continued = live
     if live:
         for j in range(stack):
-            if not _equal(frames[last_next[j]], obs[j]):
+            if not _equal(held[held_next[j]], obs[j]):
                 continued = False
                 break
     if continued:
         obs_codes[:] = last_next
-    elif live and stack > 1 and _shifted(frames, last_obs, obs):  # n-step: obs moved on by one
+        obs_slots[:] = held_next
+    elif live and stack > 1 and _shifted(held, held_obs, obs):  # n-step: obs moved on by one
         obs_codes[: stack - 1] = last_obs[1:]
+        obs_slots[: stack - 1] = held_obs[1:]
         sources[0, 0], sources[0, 1] = 0, stack - 1
         n_new = 1
         obs_codes[stack - 1] = -1
@@ -138,8 +158,10 @@ def _store_kernel(
             break
     if one_new:
         next_codes[: stack - 1] = obs_codes[1:]
-    elif live and _shifted(frames, last_next, next_obs):  # n-step: last next_obs moved on by one
+        next_slots[: stack - 1] = obs_slots[1:]
+    elif live and _shifted(held, held_next, next_obs):  # n-step: last next_obs moved on by one
         next_codes[: stack - 1] = last_next[1:]
+        next_slots[: stack - 1] = held_next[1:]
         one_new = True
     else:
         n_new = _plan_full(next_obs, next_codes, sources, n_new, 1)
@@ -157,17 +179,47 @@ def _store_kernel(
         tail += 1
     if nfree < n_new:  # never: the pool reserves two stacks per stream and two for this transition
         raise RuntimeError("frame pool exhausted")
+    # The new stacks hold at most 2·stack distinct frames, so the cache's 2·stack slots take the
+    # new frames in slots no shared frame of the new stacks uses.
+    used = np.zeros(held.shape[0], dtype=np.bool_)
+    for j in range(stack):
+        if obs_codes[j] >= 0:
+            used[obs_slots[j]] = True
+        if next_codes[j] >= 0:
+            used[next_slots[j]] = True
     rows = np.empty(n_new, dtype=np.int64)
+    new_slots = np.empty(n_new, dtype=np.int64)
+    slot = 0
+    direct = frames.shape[0] > 0
     for i in range(n_new):
         nfree -= 1
         rows[i] = free[nfree]
-        frames[rows[i]] = obs[sources[i, 1]] if sources[i, 0] == 0 else next_obs[sources[i, 1]]
+        frame = obs[sources[i, 1]] if sources[i, 0] == 0 else next_obs[sources[i, 1]]
+        if direct:
+            frames[rows[i]] = frame
+        else:
+            at = nstage
+            for s in range(nstage):
+                if stage_rows[s] == rows[i]:
+                    at = s
+                    break
+            stage[at] = frame
+            stage_rows[at] = rows[i]
+            if at == nstage:
+                nstage += 1
+        while used[slot]:
+            slot += 1
+        used[slot] = True
+        new_slots[i] = slot
+        held[slot] = frame
     entry = head % capacity
     for j in range(stack):
         code = obs_codes[j]
         obs_rows[entry, j] = code if code >= 0 else rows[-code - 1]
+        held_obs[j] = obs_slots[j] if code >= 0 else new_slots[-code - 1]
         code = next_codes[j]
         next_rows[entry, j] = code if code >= 0 else rows[-code - 1]
+        held_next[j] = next_slots[j] if code >= 0 else new_slots[-code - 1]
         refs[obs_rows[entry, j]] += 2  # the transition's reference and the stream's
         refs[next_rows[entry, j]] += 2
     if live:
@@ -176,7 +228,52 @@ def _store_kernel(
     stream_obs[stream] = obs_rows[entry]
     stream_next[stream] = next_rows[entry]
     stream_live[stream] = True
-    return entry, nfree, tail, n_released, continued
+    return entry, nfree, tail, n_released, nstage, continued
+
+
+def _to_host(frames: Any) -> npt.NDArray[Any]:
+    return frames.cpu().numpy() if isinstance(frames, torch.Tensor) else np.asarray(frames)
+
+
+class NumpyFrames:
+    """Frame storage in a host numpy array ``(frame_capacity, *frame_shape)``: the pool's kernel
+    writes new frames straight into it (:attr:`direct`, its machine-word view)."""
+
+    def __init__(
+        self, frame_capacity: int, frame_shape: tuple[int, ...], dtype: np.dtype[Any], word: np.dtype[Any]
+    ) -> None:
+        self.frames = np.zeros((frame_capacity, *frame_shape), dtype=dtype)
+        self.direct: npt.NDArray[Any] | None = self.frames.reshape(frame_capacity, -1).view(word)
+        self.stage_frames = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.frames.nbytes
+
+    def stage(self) -> tuple[npt.NDArray[Any], IntArray]:  # never called: frames are written directly
+        raise NotImplementedError
+
+    def commit(self, n: int) -> None:
+        pass
+
+    def gather(self, rows: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        frames: npt.NDArray[Any] = self.frames[rows]
+        return frames
+
+    def to_numpy(self) -> npt.NDArray[Any]:
+        """The live array (copy before keeping it)."""
+        return self.frames
+
+    def assign(self, frames: npt.NDArray[Any]) -> None:
+        self.frames[...] = frames
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"frames": self.frames, "word": None if self.direct is None else self.direct.dtype}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.frames = state["frames"]  # a view of frames: pickling and deepcopy would detach it
+        self.direct = self.frames.reshape(self.frames.shape[0], -1).view(state["word"])
+        self.stage_frames = 0
 
 
 def reserve_rows(frame_stack: int, num_streams: int) -> int:
@@ -195,25 +292,41 @@ class FramePool:
 
     def __init__(
         self, frame_capacity: int, frame_shape: tuple[int, ...], dtype: np.dtype[Any], frame_stack: int,
-        num_streams: int,
+        num_streams: int, device: torch.device | None = None,
     ) -> None:  # fmt: skip
         self.frame_capacity = frame_capacity
         self.frame_shape = frame_shape
         self.dtype = dtype
         self.frame_stack = frame_stack
         self.num_streams = num_streams
+        self.device = device
         f, stack = frame_capacity, frame_stack
         self.frame_nbytes = dtype.itemsize * math.prod(frame_shape)
-        self._frames = np.zeros((f, *frame_shape), dtype=dtype)
         words = (np.dtype(np.uint64), np.dtype(np.uint32), np.dtype(np.uint16), np.dtype(np.uint8))
         self._word = next(w for w in words if self.frame_nbytes % w.itemsize == 0)
-        self._frame_words = self._frames.reshape(f, -1).view(self._word)
+        n_words = self.frame_nbytes // self._word.itemsize
+        self.storage: FrameStorage
+        """Where the frames live: :class:`NumpyFrames` (``device=None``) or a
+        :class:`~prisample.replay.device.TorchFrames` on ``device``."""
+        if device is None:
+            self.storage = NumpyFrames(f, frame_shape, dtype, self._word)
+        else:
+            stage = max(64, 4 * _STAGE_RESERVE * stack)
+            self.storage = TorchFrames(f, frame_shape, dtype, self._word, device, stage)
+        self._nstage = 0  # frames staged for the storage, not yet written
+        self._no_frames = np.empty((0, n_words), dtype=self._word)  # the kernel's "staged" marker
+        self._no_rows = np.empty(0, dtype=np.int64)
         self._refs = np.zeros(f, dtype=np.int32)
         self._free = np.arange(f - 1, -1, -1, dtype=np.int32)  # a stack: rows 0, 1, ... go first
         self._nfree = f
         self._stream_obs = np.zeros((num_streams, stack), dtype=np.int32)
         self._stream_next = np.zeros((num_streams, stack), dtype=np.int32)
         self._stream_live = np.zeros(num_streams, dtype=np.bool_)
+        # The dedup cache: per stream the frames of its last two stacks (2·stack slots) and the
+        # slot of each of their frames, so that deduplication never reads the storage.
+        self._cache = np.zeros((num_streams, 2 * stack, n_words), dtype=self._word)
+        self._cache_obs = np.tile(np.arange(stack, dtype=np.int64), (num_streams, 1))
+        self._cache_next = self._cache_obs + stack
 
     # -- reads ----------------------------------------------------------------------------------
     @property
@@ -228,16 +341,20 @@ class FramePool:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.state_arrays().values())
+        """Bytes of the frames (host or device) and the bookkeeping, dedup cache included."""
+        arrays = (self._refs, self._free, self._stream_obs, self._stream_next, self._stream_live, self._cache,
+                  self._cache_obs, self._cache_next)  # fmt: skip
+        return self.storage.nbytes + sum(a.nbytes for a in arrays)
 
     def stream_live(self, stream: int) -> bool:
         """Whether ``stream`` has last stacks (a transition was stored on it)."""
         return bool(self._stream_live[stream])
 
-    def gather(self, rows: npt.NDArray[Any]) -> npt.NDArray[Any]:
-        """The frames of ``rows`` (any shape of row numbers): shape ``(*rows.shape, *frame_shape)``."""
-        frames: npt.NDArray[Any] = self._frames[rows]
-        return frames
+    def gather(self, rows: npt.NDArray[Any]) -> Any:
+        """The frames of ``rows`` (any shape of row numbers): shape ``(*rows.shape, *frame_shape)``,
+        a numpy array, or a tensor on the pool's device."""
+        self.flush()
+        return self.storage.gather(rows)
 
     def as_words(self, stacks: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """C-contiguous stacks of ``dtype`` (``(..., frame_stack, *frame_shape)``) viewed as machine
@@ -266,12 +383,26 @@ class FramePool:
         released; their table rows go to ``released`` (at least ``len(obs_rows) + 1`` long).
         Returns ``(table row written, new tail, number released, obs continued the stream)``.
         """
-        entry, self._nfree, tail, n, continued = _store_kernel(
-            self._frame_words, self._refs, self._free, self._nfree, obs_rows, next_rows,
-            self._stream_obs, self._stream_next, self._stream_live,
-            obs_words, next_words, stream, tail, head, released,
+        direct = self.storage.direct
+        if direct is None:
+            if self._nstage + _STAGE_RESERVE * self.frame_stack > self.storage.stage_frames:
+                self.flush()
+            stage, stage_rows = self.storage.stage()
+            frames = self._no_frames
+        else:
+            stage, stage_rows, frames = self._no_frames, self._no_rows, direct
+        entry, self._nfree, tail, n, self._nstage, continued = _store_kernel(
+            frames, stage, stage_rows, self._nstage, self._refs, self._free, self._nfree, obs_rows, next_rows,
+            self._stream_obs, self._stream_next, self._stream_live, self._cache, self._cache_obs,
+            self._cache_next, obs_words, next_words, stream, tail, head, released,
         )  # fmt: skip
         return entry, tail, n, continued
+
+    def flush(self) -> None:
+        """Write the staged new frames to the storage (one copy; nothing to do for numpy)."""
+        if self._nstage:
+            self.storage.commit(self._nstage)
+            self._nstage = 0
 
     def release(self, rows: npt.NDArray[np.int32]) -> None:
         """Drop one reference to each row of ``rows`` (``(k, frame_stack)``, the stacks of ``k``
@@ -280,14 +411,46 @@ class FramePool:
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_arrays(self) -> dict[str, npt.NDArray[Any]]:
-        """The pool's arrays by state name (the live arrays: copy before keeping them)."""
-        return {name: getattr(self, f"_{name}") for name in POOL_ARRAYS}
+        """The pool's arrays by state name, on the host: the live arrays (copy before keeping
+        them), except ``frames`` on a device, which is a host copy."""
+        self.flush()
+        arrays = {name: getattr(self, f"_{name}") for name in POOL_ARRAYS if name != "frames"}
+        return {"frames": self.storage.to_numpy(), **arrays}
+
+    def state_spec(self) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
+        """Dtype and shape of each state array (:meth:`state_arrays` without copying the frames)."""
+        spec = {name: (a.dtype, a.shape) for name, a in self.state_arrays_but_frames().items()}
+        return {"frames": (self.dtype, (self.frame_capacity, *self.frame_shape)), **spec}
+
+    def state_arrays_but_frames(self) -> dict[str, npt.NDArray[Any]]:
+        return {name: getattr(self, f"_{name}") for name in POOL_ARRAYS if name != "frames"}
 
     def commit_state(self, arrays: dict[str, npt.NDArray[Any]], nfree: int) -> None:
-        """Assign arrays :meth:`check_state` accepted (cannot fail: dtypes and shapes match)."""
+        """Assign arrays :meth:`check_state` accepted (cannot fail: dtypes and shapes match);
+        the dedup cache is rebuilt from the streams' last stacks' frames."""
+        self._nstage = 0  # staged frames belong to the state being replaced
+        self.storage.assign(arrays["frames"])
         for name in POOL_ARRAYS:
-            getattr(self, f"_{name}")[...] = arrays[name]
+            if name != "frames":
+                getattr(self, f"_{name}")[...] = arrays[name]
         self._nfree = nfree
+        frames, stack = arrays["frames"], self.frame_stack
+        for s in range(self.num_streams):
+            rows = np.concatenate((self._stream_obs[s], self._stream_next[s]))
+            self._cache[s] = np.ascontiguousarray(frames[rows]).reshape(2 * stack, -1).view(self._word)
+        self._cache_obs[...] = np.arange(stack)
+        self._cache_next[...] = np.arange(stack) + stack
+
+    def check_cache(self) -> None:
+        """Raise ``ValueError`` unless the dedup cache holds the live streams' last stacks' frames
+        (reads the storage: a check, not a hot path)."""
+        for s in np.flatnonzero(self._stream_live):
+            for name, rows, slots in (("obs", self._stream_obs[s], self._cache_obs[s]),
+                                      ("next_obs", self._stream_next[s], self._cache_next[s])):  # fmt: skip
+                held = self._cache[s, slots].view(np.uint8).reshape(-1)
+                stored = np.asarray(_to_host(self.gather(rows))).reshape(-1).view(np.uint8)
+                if not np.array_equal(held, stored):
+                    raise ValueError(f"frame pool cache should hold stream {s}'s last {name} stack")
 
     def check_state(
         self, a: dict[str, npt.NDArray[Any]], nfree: int, stacks: list[npt.NDArray[Any]], prefix: str
@@ -342,10 +505,5 @@ class FramePool:
                 fail("frames", f"should be finite in used rows, but got frames[{row}]={a['frames'][row]!r}")
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["_frame_words"]  # a view of _frames: pickling and deepcopy would detach it
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._frame_words = self._frames.reshape(self.frame_capacity, -1).view(self._word)
+        self.flush()  # staged frames live in buffers that do not pickle
+        return self.__dict__.copy()

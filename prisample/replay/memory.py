@@ -35,6 +35,7 @@ from prisample.replay._checks import (
     warn_if_too_large,
 )
 from prisample.replay.batch import FIELDS, ReplayBatch
+from prisample.replay.device import Columns, DeviceReader, TorchFrames, as_device
 from prisample.replay.frames import FramePool, reserve_rows
 from prisample.vector_env import VectorStepConverter
 
@@ -79,6 +80,21 @@ class _Storage:
     frame_capacity: int | None
     pool: FramePool | None  # array observations
     columns: dict[str, npt.NDArray[Any]] = field(default_factory=dict)  # dict observations
+    mirrors: tuple[Columns, ...] = ()
+    """Dict observations: the per-slot ``obs.<key>`` and ``next_obs.<key>`` columns (two
+    :class:`~prisample.replay.device.Columns`, mirrored on the memory's device; the entries of
+    ``columns`` of those names are their host arrays)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        mirrored = {name for cols in self.mirrors for name in cols.host}
+        state["columns"] = {name: a for name, a in self.columns.items() if name not in mirrored}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        for cols in self.mirrors:  # views of the mirrors' host arrays: rebound so they keep sharing
+            self.columns.update(cols.host)
 
 
 @dataclass(frozen=True)
@@ -197,6 +213,14 @@ class ReplayMemory:
     ``stream`` lets several environments stepped in turn share one memory: each stream keeps its
     own stack continuity (and n-step windows), transitions go into one ring in arrival order.
 
+    ``device=None`` returns numpy batches; ``device="cuda"`` (a str or ``torch.device``) keeps the
+    frames, the per-transition columns (action, reward, discount, generation, extras, dict
+    observations' keys) on that device and returns batches of tensors there (see
+    :mod:`prisample.replay.device`).  The host keeps everything else and stays authoritative:
+    deduplication, n-step windows, validation and :meth:`state_dict` (host numpy, loadable on any
+    device).  Under ``n_step = n`` the windows' reward and discount are read on the host and go to
+    the device in the read's one small copy, with the slots and weights.
+
     >>> import numpy as np
     >>> mem = ReplayMemory(8, (2,), frame_stack=2)
     >>> s0 = np.array([[0, 0], [1, 1]], np.float32)
@@ -208,6 +232,13 @@ class ReplayMemory:
     >>> len(mem), mem.num_frames                       # three distinct frames
     (1, 3)
     """
+
+    # Per-transition columns: views of ``_columns.host`` (see :meth:`_column_spec`).
+    _action: npt.NDArray[Any]
+    _reward: npt.NDArray[np.float32]
+    _discount: npt.NDArray[np.float32]
+    _generation: IntArray
+    _extra: dict[str, npt.NDArray[Any]]
 
     def __init__(
         self,
@@ -222,8 +253,12 @@ class ReplayMemory:
         frame_capacity: int | None = None,
         n_step: int = 1,
         extras: Mapping[str, tuple[tuple[int, ...], npt.DTypeLike]] | None = None,
+        device: Any = None,
     ) -> None:
         self.capacity = check_positive_int(capacity, "capacity")
+        self.device = as_device(device)
+        """``None``: numpy batches; a ``torch.device``: batches of tensors there (see
+        :mod:`prisample.replay.device` for what lives where)."""
         self.frame_stack = check_positive_int(frame_stack, "frame_stack")
         self.action_shape = as_shape(action_shape, "action_shape")
         self.action_dtype = as_dtype(action_dtype, "action_dtype")
@@ -282,14 +317,11 @@ class ReplayMemory:
         )
         self._obs_rows = np.zeros((c, stack if self.obs_keys is None else 0), dtype=np.int32)
         self._next_rows = np.zeros((c, stack if self.obs_keys is None else 0), dtype=np.int32)
-        self._action = np.zeros((c, *self.action_shape), dtype=self.action_dtype)
-        self._reward = np.zeros(c, dtype=np.float32)
-        self._discount = np.zeros(c, dtype=np.float32)
-        self._generation = np.full(c, -1, dtype=np.int64)  # number of the transition in the slot
+        self._columns = Columns(c, self._column_spec(), self.device)  # mirrored on a device
+        self._bind_columns()
+        self._generation[...] = -1  # number of the transition in the slot
+        self._reader = None if self.device is None else DeviceReader(self.device)
         self._stream_ended = np.ones(self.num_streams, dtype=np.bool_)
-        self._extra = {
-            name: np.zeros((c, *shape), dtype=dtype) for name, (shape, dtype) in self.extras.items()
-        }
         self._evicted = np.zeros(c + 1, dtype=np.int64)
         self._tail = 0  # transitions numbered [tail, head) are live
         self._head = 0
@@ -312,6 +344,34 @@ class ReplayMemory:
         ):
             self._attach(self._allocate(self._full_dtype(declared)))
 
+    def _column_spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
+        """The per-transition columns (host arrays ``_action``, ..., ``_extra[name]``; on a device
+        mirrored there and gathered there)."""
+        spec = {
+            "action": (self.action_shape, self.action_dtype),
+            "reward": ((), np.dtype(np.float32)),
+            "discount": ((), np.dtype(np.float32)),
+            "generation": ((), np.dtype(np.int64)),
+        }
+        spec.update({f"extra.{name}": (shape, dtype) for name, (shape, dtype) in self.extras.items()})
+        return spec
+
+    def _bind_columns(self) -> None:
+        host = self._columns.host
+        self._action, self._reward = host["action"], host["reward"]
+        self._discount, self._generation = host["discount"], host["generation"]
+        self._extra = {name: host[f"extra.{name}"] for name in self.extras}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in ("_action", "_reward", "_discount", "_generation", "_extra"):
+            del state[name]  # views of the columns' arrays: rebound on load
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._bind_columns()
+
     # -- observation storage ---------------------------------------------------------------------
     @staticmethod
     def _full_dtype(declared: Any) -> DTypes:
@@ -327,18 +387,22 @@ class ReplayMemory:
             assert self.obs_keys is not None
             per = sum(dtype[k].itemsize * math.prod(self.obs_shape[k]) for k in self.obs_keys)
             warn_if_too_large(2 * c * per + ring_nbytes)
-            columns: dict[str, npt.NDArray[Any]] = {}
+            # obs at the slot, next_obs at the window's last slot: two mirrors, gathered apart
+            mirrors = tuple(
+                Columns(c, {f"{part}.{k}": (self.obs_shape[k], dtype[k]) for k in self.obs_keys}, self.device)
+                for part in ("obs", "next_obs")
+            )
+            columns: dict[str, npt.NDArray[Any]] = {**mirrors[0].host, **mirrors[1].host}
             for k in self.obs_keys:
                 shape = self.obs_shape[k]
-                columns[f"obs.{k}"] = np.zeros((c, *shape), dtype=dtype[k])
-                columns[f"next_obs.{k}"] = np.zeros((c, *shape), dtype=dtype[k])
                 columns[f"stream_next_obs.{k}"] = np.zeros((self.num_streams, *shape), dtype=dtype[k])
             columns["stream_live"] = np.zeros(self.num_streams, dtype=np.bool_)
-            return _Storage(dtype, None, None, columns)
+            return _Storage(dtype, None, None, columns, mirrors)
         frame_nbytes = dtype.itemsize * math.prod(self.obs_shape)
         f = self._frame_capacity_for(dtype)
         warn_if_too_large(f * frame_nbytes + ring_nbytes)
-        return _Storage(dtype, f, FramePool(f, self.obs_shape, dtype, stack, self.num_streams))
+        pool = FramePool(f, self.obs_shape, dtype, stack, self.num_streams, self.device)
+        return _Storage(dtype, f, pool)
 
     def _frame_capacity_for(self, dtype: np.dtype[Any]) -> int:
         if self._frame_capacity_arg is not None:
@@ -404,13 +468,11 @@ class ReplayMemory:
     @property
     def nbytes(self) -> int:
         """Bytes held in the memory's arrays (frame pool, rows, actions, rewards, bookkeeping)."""
-        arrays = [
-            self._obs_rows, self._next_rows, self._action, self._reward, self._discount,
-            self._generation, self._stream_ended, self._evicted, *self._extra.values(),
-        ]  # fmt: skip
-        total = sum(a.nbytes for a in arrays)
+        arrays = (self._obs_rows, self._next_rows, self._stream_ended, self._evicted)
+        total = sum(a.nbytes for a in arrays) + self._columns.nbytes  # a device mirror included
         if self._storage is not None:
             total += sum(a.nbytes for a in self._storage.columns.values())
+            total += sum(cols.mirror_nbytes for cols in self._storage.mirrors)
             if self._storage.pool is not None:
                 total += self._storage.pool.nbytes
         if self._nstep is not None:
@@ -488,6 +550,8 @@ class ReplayMemory:
                 obs_a, next_a = self.frame_pool.as_words(obs_a), self.frame_pool.as_words(next_a)
         slot, evicted, completed = self._commit(obs_a, next_a, action_a, reward_f, discount_f,
                                                 bool(episode_end), int(stream), extra_rows, 0)  # fmt: skip
+        if self.frame_pool is not None:
+            self.frame_pool.flush()  # a device pool's staged frames in one write
         slots = np.array([slot], dtype=np.int64)
         return Inserted(slots, evicted, np.array([evicted.shape[0]], dtype=np.int64),
                         slots if completed is None else completed)  # fmt: skip
@@ -701,6 +765,8 @@ class ReplayMemory:
             if done is not None and done.shape[0]:
                 completed.append(done)
             until[i] = total
+        if self.frame_pool is not None:
+            self.frame_pool.flush()  # a vector step's new frames in one write on a device
         gone = np.concatenate(evicted) if evicted else empty
         if self._nstep is None:
             # a slot written here and evicted later in the call is not drawable
@@ -859,7 +925,7 @@ class ReplayMemory:
         generation = self._generation[idx]
         return np.where(generation >= self._tail, generation, -1)
 
-    def get(self, slots: npt.ArrayLike) -> ReplayBatch:
+    def get(self, slots: npt.ArrayLike, *, weights: npt.ArrayLike | None = None) -> ReplayBatch:
         """Transitions in ``slots`` as a :class:`ReplayBatch`: ``obs``, ``action``, ``reward``
         (float32), ``discount`` (float32), ``next_obs``, ``generation`` (the transition's number,
         int64) and ``extras``, also readable as ``batch["obs"]``, ``batch["log_prob"]``.
@@ -868,6 +934,11 @@ class ReplayMemory:
         when ``frame_stack = 1`` (dicts of ``(k, *shape)`` arrays for dict observations); they may
         be views of one array holding each frame once, so write to copies.  Under ``n_step = n``
         reward, discount and ``next_obs`` are the window's.  Every slot must be :meth:`drawable`.
+
+        With a torch ``device`` every field (extras and dict observations' keys too) is a tensor
+        there, of the same dtype and shape (possibly strided views of one gathered tensor).
+        ``weights`` (importance weights, one per slot) are carried along as ``batch.weights``
+        (float32; on a device sent in the same copy as the slots).
         """
         idx = self._slots(slots)
         dead = self._generation[idx] < self._tail
@@ -882,36 +953,94 @@ class ReplayMemory:
                     f"slots should hold transitions whose {self.n_step}-step window is complete, but got "
                     f"slots[{j}]={idx[j]} (its window waits for the next transitions of its stream)"
                 )
-        return self._gather(idx)
+        w = None
+        if weights is not None:
+            w = cast(to_numpy(weights, "weights"), np.dtype(np.float32), "weights")
+            if w.shape != idx.shape:
+                raise ValueError(
+                    f"weights should have one value per slot ({idx.shape[0]}), but got shape {w.shape}"
+                )
+        return self._gather(idx, w)
 
-    def _gather(self, idx: IntArray) -> ReplayBatch:
+    def _gather(self, idx: IntArray, weights: npt.NDArray[np.float32] | None = None) -> ReplayBatch:
+        """Read on the host (numpy), or on the device: the host computes the frame rows (and under
+        n-step the windows' last slots, rewards and discounts) and sends them with the slots and
+        weights in one copy; the frames and columns are gathered there."""
         nstep = self._nstep
-        if nstep is None:
-            last, reward, discount = idx, self._reward[idx], self._discount[idx]
-        else:
-            last, reward, discount = nstep.last[idx], nstep.reward[idx], nstep.discount[idx]
-        extras = {name: column[idx] for name, column in self._extra.items()}
-        action, generation = self._action[idx], self._generation[idx]
-        pool = self.frame_pool
-        if pool is None:
-            assert self._storage is not None and self.obs_keys is not None
-            cols = self._storage.columns
-            obs: Any = {k: cols[f"obs.{k}"][idx] for k in self.obs_keys}
-            next_obs: Any = {k: cols[f"next_obs.{k}"][last] for k in self.obs_keys}
-            return ReplayBatch(obs, action, reward, discount, next_obs, generation, extras)
-        obs_rows, next_rows = self._obs_rows[idx], self._next_rows[last]
-        stack = self.frame_stack
-        if stack > 1 and nstep is None and np.array_equal(obs_rows[:, 1:], next_rows[:, :-1]):
-            # next_obs shares all but its newest frame with obs: gather each frame once and
+        last = idx if nstep is None else nstep.last[idx]
+        pool, stack = self.frame_pool, self.frame_stack
+        rows: npt.NDArray[Any] | None = None
+        shared = False
+        if pool is not None:
+            obs_rows, next_rows = self._obs_rows[idx], self._next_rows[last]
+            # next_obs sharing all but its newest frame with obs: gather each frame once and
             # return two overlapping views of the (k, frame_stack + 1, ...) result
-            both = pool.gather(np.concatenate((obs_rows, next_rows[:, -1:]), axis=1))
-            obs, next_obs = both[:, :stack], both[:, 1:]
+            shared = stack > 1 and nstep is None and np.array_equal(obs_rows[:, 1:], next_rows[:, :-1])
+            rows = (
+                np.concatenate((obs_rows, next_rows[:, -1:]), axis=1) if shared
+                else np.stack((obs_rows, next_rows), axis=1)  # (k, 2, stack)
+            )  # fmt: skip
+        storage = self._storage
+        assert storage is not None
+        obs: Any
+        next_obs: Any
+        batch_weights: Any = weights
+        if self._reader is None:
+            columns: dict[str, Any] = {}
+            if nstep is not None:
+                columns["reward"], columns["discount"] = nstep.reward[idx], nstep.discount[idx]
+            for name, array in self._columns.host.items():
+                if name not in columns:
+                    columns[name] = array[idx]
+            if pool is None:
+                assert self.obs_keys is not None
+                cols = storage.columns
+                obs = {k: cols[f"obs.{k}"][idx] for k in self.obs_keys}
+                next_obs = {k: cols[f"next_obs.{k}"][last] for k in self.obs_keys}
+            else:
+                assert rows is not None
+                both = pool.gather(rows)
         else:
-            both = pool.gather(np.stack((obs_rows, next_rows), axis=1))  # (k, 2, stack, ...)
-            obs, next_obs = both[:, 0], both[:, 1]
-            if stack == 1:
-                obs, next_obs = obs[:, 0], next_obs[:, 0]
-        return ReplayBatch(obs, action, reward, discount, next_obs, generation, extras)
+            head = self._head
+            ints: list[npt.NDArray[Any]] = [idx]
+            if pool is None and nstep is not None:
+                ints.append(last)  # dict next_obs at the windows' last slots
+            if rows is not None:
+                ints.append(rows)
+            floats = [] if nstep is None else [nstep.reward[idx], nstep.discount[idx]]
+            if weights is not None:
+                floats.append(weights)
+            index, values = self._reader.send(ints, floats)
+            self._columns.sync(head)
+            columns = self._columns.gather(index[0])
+            if nstep is not None:
+                columns["reward"], columns["discount"] = values[0], values[1]
+            if weights is not None:
+                batch_weights = values[-1]
+            if pool is None:
+                assert self.obs_keys is not None
+                for mirror in storage.mirrors:
+                    mirror.sync(head)
+                obs_cols = storage.mirrors[0].gather(index[0])
+                next_cols = storage.mirrors[1].gather(index[1] if nstep is not None else index[0])
+                obs = {k: obs_cols[f"obs.{k}"] for k in self.obs_keys}
+                next_obs = {k: next_cols[f"next_obs.{k}"] for k in self.obs_keys}
+            else:
+                assert rows is not None and isinstance(pool.storage, TorchFrames)
+                pool.flush()
+                both = pool.storage.as_frames(pool.storage.gather_bytes(index[-1]), rows.shape)
+        if pool is not None:
+            if shared:
+                obs, next_obs = both[:, :stack], both[:, 1:]
+            else:
+                obs, next_obs = both[:, 0], both[:, 1]
+                if stack == 1:
+                    obs, next_obs = obs[:, 0], next_obs[:, 0]
+        extras = {name: columns[f"extra.{name}"] for name in self.extras}
+        return ReplayBatch(
+            obs, columns["action"], columns["reward"], columns["discount"], next_obs, columns["generation"],
+            extras, weights=batch_weights,
+        )  # fmt: skip
 
     def _slots(self, slots: npt.ArrayLike, name: str = "slots") -> IntArray:
         """``slots`` checked in range; errors name the argument as the caller's caller calls it."""
@@ -929,15 +1058,29 @@ class ReplayMemory:
     # are the spec a loaded array must match exactly.  New per-slot arrays join this tuple.
     _RING_ARRAYS = ("obs_rows", "next_rows", "action", "reward", "discount", "generation", "stream_ended")
 
-    def _state_arrays(
-        self, storage: _Storage | None = None, current: bool = True
-    ) -> dict[str, npt.NDArray[Any]]:
+    def _state_arrays(self, *, pool: bool = True) -> dict[str, npt.NDArray[Any]]:
+        """The live arrays by state name (the frame pool's, its frames a host copy on a device,
+        unless ``pool=False``)."""
         arrays = {name: getattr(self, f"_{name}") for name in self._RING_ARRAYS}
         arrays.update({f"extra.{name}": column for name, column in self._extra.items()})
-        storage = self._storage if current else storage
+        storage = self._storage
         if storage is not None:
-            arrays.update(storage.pool.state_arrays() if storage.pool is not None else storage.columns)
+            if storage.pool is None:
+                arrays.update(storage.columns)
+            elif pool:
+                arrays.update(storage.pool.state_arrays())
         return arrays
+
+    def _state_spec(self, storage: _Storage | None) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
+        """Dtype and shape of each state array with ``storage`` (no copy of frames on a device)."""
+        spec = {name: (a.dtype, a.shape) for name, a in self._state_arrays(pool=False).items()
+                if name in self._RING_ARRAYS or name.startswith("extra.")}  # fmt: skip
+        if storage is not None:
+            if storage.pool is None:
+                spec.update({name: (a.dtype, a.shape) for name, a in storage.columns.items()})
+            else:
+                spec.update(storage.pool.state_spec())
+        return spec
 
     def _counters(self) -> dict[str, int]:
         counters = {"tail": self._tail, "head": self._head}
@@ -999,9 +1142,13 @@ class ReplayMemory:
         if checked.storage is not self._storage:
             self._attach(checked.storage)
         arrays, counters = checked.arrays, checked.counters
-        for name, target in self._state_arrays().items():
+        for name, target in self._state_arrays(pool=False).items():
             target[...] = arrays[name]
-        if self.frame_pool is not None:
+        self._columns.invalidate()  # the device mirrors take every row at the next read
+        if self._storage is not None:
+            for cols in self._storage.mirrors:
+                cols.invalidate()
+        if self.frame_pool is not None:  # frames (to the device), bookkeeping, dedup cache
             self.frame_pool.commit_state(arrays, counters["nfree"])
         self._tail, self._head = counters["tail"], counters["head"]
         self._nstep = checked.nstep
@@ -1107,7 +1254,7 @@ class ReplayMemory:
             if not same:
                 raise ValueError(f"state_dict config {key} should be {value!r}, but got {config[key]!r}")
         storage = self._checked_storage(config)
-        targets = self._state_arrays(storage, current=False)
+        targets = self._state_spec(storage)
         counter_names = (
             ("tail", "head", "nfree")
             if storage is not None and storage.pool is not None
@@ -1115,11 +1262,11 @@ class ReplayMemory:
         )
         check_keys(state, {"version", "config", *targets, *counter_names, "nstep", "vector"}, "state_dict")
         arrays = {}
-        for name, target in targets.items():
+        for name, (dtype, shape) in targets.items():
             arrays[name] = array = as_state_array(state[name], f"state_dict {name}")
-            if array.dtype != target.dtype or array.shape != target.shape:
+            if array.dtype != dtype or array.shape != shape:
                 raise ValueError(
-                    f"state_dict {name} should be {target.dtype}{list(target.shape)}, "
+                    f"state_dict {name} should be {dtype}{list(shape)}, "
                     f"but got {array.dtype}{list(array.shape)}"
                 )
         counters = {}
@@ -1200,9 +1347,11 @@ class ReplayMemory:
         stack names is in the pool; each row's reference count equals its number of such uses;
         the free list holds exactly the unused rows, once each; live rewards are finite, live
         discounts in ``[0, 1]``, live float actions, extras and observations, and used float
-        frames finite.
+        frames finite.  Also that the frame pool's dedup cache holds each stream's last stacks.
         """
         self._check_invariants(self._state_arrays(), self._counters(), "", self._storage)
+        if self.frame_pool is not None:
+            self.frame_pool.check_cache()
 
     def _check_invariants(
         self, a: dict[str, npt.NDArray[Any]], counters: dict[str, int], prefix: str, storage: _Storage | None

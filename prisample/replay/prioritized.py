@@ -67,6 +67,7 @@ class PrioritizedReplay:
         frame_capacity: int | None = None,
         n_step: int = 1,
         extras: Mapping[str, tuple[tuple[int, ...], npt.DTypeLike]] | None = None,
+        device: Any = None,
         alpha: float = 0.6,
         beta: float | LinearSchedule = 0.4,
         eps: float = 1e-6,
@@ -81,7 +82,7 @@ class PrioritizedReplay:
         self.memory = ReplayMemory(
             capacity, obs_shape, obs_dtype=obs_dtype, frame_stack=frame_stack,
             action_shape=action_shape, action_dtype=action_dtype, num_streams=num_streams,
-            frame_capacity=frame_capacity, n_step=n_step, extras=extras,
+            frame_capacity=frame_capacity, n_step=n_step, extras=extras, device=device,
         )  # fmt: skip
         self._drawn = np.full(self.memory.capacity, -1, dtype=np.int64)  # generation at last draw
         self.dropped_updates = 0
@@ -185,7 +186,9 @@ class PrioritizedReplay:
 
     def sample(self, k: int) -> tuple[ReplayBatch, Draw]:
         """Draw ``k`` live transitions: ``(batch, draw)`` with ``batch`` as :meth:`ReplayMemory.get`
-        returns it and ``draw`` the slots, importance weights and probabilities."""
+        returns it and ``draw`` the slots, importance weights and probabilities (numpy, on the
+        host).  ``batch.weights`` holds the weights too, as a float32 tensor on ``device`` when
+        the memory has one (numpy otherwise)."""
         if self.sampler.size == 0 and len(self.memory):
             raise ValueError(
                 f"no transition can be drawn yet: with n_step={self.memory.n_step} a transition is drawn "
@@ -193,8 +196,11 @@ class PrioritizedReplay:
                 f"its episode), and none of the {len(self.memory)} stored is"
             )
         draw = self.sampler.sample(k)
-        batch = self.memory.get(draw.indices)
-        self._drawn[draw.indices] = batch.generation
+        batch = self.memory.get(draw.indices, weights=draw.weights)
+        generation = batch.generation
+        if not isinstance(generation, np.ndarray):  # on the device: read the host's copy
+            generation = self.memory.generations(draw.indices)
+        self._drawn[draw.indices] = generation
         return batch, draw
 
     def update_priorities(
@@ -202,7 +208,9 @@ class PrioritizedReplay:
     ) -> None:
         """Set raw priorities (``|δ|``) of drawn slots; entries for rewritten slots are dropped.
 
-        Accepts numpy arrays, torch tensors and lists; duplicates: the last entry wins.  The number
+        Accepts numpy arrays, torch tensors on any device and lists; duplicates: the last entry
+        wins.  A CUDA tensor is copied to the host here (one implicit synchronisation: it waits
+        for the work that computed it); ``generations=batch.generation`` on the device likewise.  The number
         of dropped entries accumulates in :attr:`dropped_updates`.
         """
         idx = as_indices(indices, "indices")

@@ -1,0 +1,189 @@
+"""Replay step with batches on a device: ``PrioritizedReplay(..., device="cuda")`` at Atari scale.
+
+One *replay step* (as in ``benchmarks/replay_step.py``): ``add_many`` of one vector step of 4
+environments (stacks of four 84x84 ``uint8`` frames), ``sample(32)`` (a batch of tensors on the
+device and ``batch.weights`` there), ``update_priorities`` of the 32 slots with a tensor on the
+device (the implicit copy to the host waits for the step's device work, so the time includes it).
+The memory is filled with ``--n`` transitions first (frames on the device: ~7.3 GB at 10^6).
+
+Timing: ``--blocks`` blocks of ``--block`` steps, ``torch.cuda.synchronize()`` before and after
+each block; per-step milliseconds, median and quartiles over blocks; the three parts are timed
+the same way on their own.  Checks: batches drawn from the filled memory equal the transitions
+added (known from the stream), and a small memory fed identically on the numpy path and on the
+device returns equal batches for the same seed.
+
+GPU run (a lent H100/H200; about 2-4 minutes)::
+
+    python -m benchmarks.replay_device --out $OUT/replay_device.json
+
+Smoke run on the CPU: ``python -m benchmarks.replay_device --device cpu --n 4096 --out /tmp/r.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks.replay_step import BATCH, ENVS, FRAME, STACK, Stream, make_stream
+from prisample.replay import PrioritizedReplay
+
+TARGET_MS = 0.15  # issue 11: the CUDA replay step at N = 10^6
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def build(n: int, device: str | None, seed: int = 0) -> PrioritizedReplay:
+    return PrioritizedReplay(n, FRAME, frame_stack=STACK, num_streams=ENVS, alpha=0.6, beta=0.4, seed=seed,
+                             device=device)  # fmt: skip
+
+
+def add_step(replay: PrioritizedReplay, stream: Stream, step: int) -> None:
+    s = step % stream.period
+    replay.add_many(stream.obs[s], stream.action[s], stream.reward[s], stream.discount[s], stream.next_obs[s],
+                    episode_end=stream.end[s])  # fmt: skip
+
+
+def batch_exact(stream: Stream, batch: Any) -> bool:
+    """The batch's stacks, actions and rewards are those of the transitions it names."""
+    t = batch.generation.cpu().numpy()
+    step, env = (t // ENVS) % stream.period, t % ENVS
+    obs, next_obs = stream.transition(t)
+    return bool(
+        np.array_equal(batch.obs.cpu().numpy(), obs)
+        and np.array_equal(batch.next_obs.cpu().numpy(), next_obs)
+        and np.array_equal(batch.action.cpu().numpy(), stream.action[step, env])
+        and np.array_equal(batch.reward.cpu().numpy(), stream.reward[step, env])
+    )
+
+
+def equal_to_numpy(device: str, stream: Stream, n: int = 1 << 12, steps: int = 3000) -> bool:
+    """Same adds, same seed, numpy path and device path: equal batches, weights and priorities."""
+    a, b = build(n, None, seed=7), build(n, device, seed=7)
+    ok = True
+    for step in range(steps):
+        add_step(a, stream, step)
+        add_step(b, stream, step)
+        if step % 100 == 99:
+            batch_a, draw_a = a.sample(BATCH)
+            batch_b, draw_b = b.sample(BATCH)
+            for key in ("obs", "action", "reward", "discount", "next_obs", "generation", "weights"):
+                ok &= bool(np.array_equal(getattr(batch_a, key), getattr(batch_b, key).cpu().numpy()))
+            td = torch.from_numpy(stream.priorities[step % stream.period]).to(device)
+            a.update_priorities(draw_a.indices, td.cpu().numpy(), generations=batch_a.generation)
+            b.update_priorities(draw_b.indices, td, generations=batch_b.generation)
+    return ok and bool(np.array_equal(a.sampler.priorities, b.sampler.priorities))
+
+
+def _blocks(fn: Any, device: torch.device, blocks: int, block: int) -> list[float]:
+    """Milliseconds per call of ``fn(i)``, one value per block, synchronised around each block."""
+    times = []
+    i = 0
+    for _ in range(blocks):
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(block):
+            fn(i)
+            i += 1
+        _sync(device)
+        times.append((time.perf_counter() - start) * 1e3 / block)
+    return times
+
+
+def _summary(times: list[float]) -> dict[str, float]:
+    q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
+    return {"median": statistics.median(times), "q1": q[0], "q3": q[2], "min": min(times)}
+
+
+def run(device_name: str, n: int, steps: int, blocks: int, period: int) -> dict[str, Any]:
+    device = torch.device(device_name)
+    stream = make_stream(period, seed=0)
+    results: dict[str, Any] = {
+        "device": device_name,
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+        "n": n,
+        "torch": torch.__version__,
+        "workload": f"add_many of {ENVS} stacks of {STACK}x{FRAME[0]}x{FRAME[1]} uint8, sample {BATCH}, "
+        f"update {BATCH} priorities from a {device_name} tensor",
+        "target_ms": TARGET_MS,
+    }
+    start = time.perf_counter()
+    results["equal_to_numpy"] = equal_to_numpy(device_name, stream)
+    results["equality_s"] = time.perf_counter() - start
+    replay = build(n, device_name)
+    start = time.perf_counter()
+    fill_steps = -(-n // ENVS)
+    for step in range(fill_steps):
+        add_step(replay, stream, step)
+    _sync(device)
+    results["fill_s"] = time.perf_counter() - start
+    results["nbytes"] = replay.nbytes
+    if device.type == "cuda":
+        results["cuda_memory_allocated"] = torch.cuda.memory_allocated(device)
+    exact = all(batch_exact(stream, replay.sample(BATCH)[0]) for _ in range(5))
+    results["batches_exact"] = exact
+    tds = torch.from_numpy(stream.priorities).to(device)  # (period, BATCH) |δ| on the device
+    counter = [fill_steps]
+
+    def step(i: int) -> None:
+        add_step(replay, stream, counter[0])
+        counter[0] += 1
+        batch, draw = replay.sample(BATCH)
+        replay.update_priorities(draw.indices, tds[i % stream.period], generations=batch.generation)
+
+    def add(i: int) -> None:
+        add_step(replay, stream, counter[0])
+        counter[0] += 1
+
+    def sample(i: int) -> None:
+        replay.sample(BATCH)
+
+    drawn = [replay.sample(BATCH) for _ in range(stream.period)]
+
+    def update(i: int) -> None:
+        _, draw = drawn[i % len(drawn)]
+        replay.update_priorities(draw.indices, tds[i % stream.period])
+
+    block = max(1, steps // blocks)
+    for fn in (step, add, sample, update):  # warm-up: compilation, allocator, pinned buffers
+        _blocks(fn, device, 1, min(block, 50))
+    results["step_ms"] = _summary(_blocks(step, device, blocks, block))
+    results["add_ms"] = _summary(_blocks(add, device, blocks, block))
+    results["sample_ms"] = _summary(_blocks(sample, device, blocks, block))
+    results["update_ms"] = _summary(_blocks(update, device, blocks, block))
+    results["meets_target"] = results["step_ms"]["median"] <= TARGET_MS
+    results["blocks"], results["block"] = blocks, block
+    return results
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--n", type=int, default=10**6, help="transitions in the memory")
+    parser.add_argument("--steps", type=int, default=4000, help="timed replay steps (and per part)")
+    parser.add_argument("--blocks", type=int, default=20)
+    parser.add_argument("--period", type=int, default=1000, help="vector steps before the stream repeats")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    blocks = min(args.blocks, args.steps)
+    results = run(args.device, args.n, args.steps, blocks, min(args.period, max(2, args.n // ENVS)))
+    text = json.dumps(results, indent=2)
+    print(text, flush=True)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    return results
+
+
+if __name__ == "__main__":
+    main()
