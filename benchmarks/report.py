@@ -717,6 +717,14 @@ BACKED = (
         unchecked=("per batch, ms",),
     ),
     Backed(
+        "lock_overhead.md",
+        "Thread safety: what the sampler's lock costs an uncontended DQN step",
+        "docs/results/lock_overhead.json",
+        "flock /tmp/prisample-heavy.lock env OMP_NUM_THREADS=1 python -m benchmarks.lock_overhead "
+        "--out docs/results/lock_overhead.json",
+        "benchmarks.lock_overhead:section",
+    ),
+    Backed(
         "replay_step.md",
         "Replay step on Atari shapes: prisample, cpprb and TorchRL side by side "
         "(`benchmarks/replay_step.py`)",
