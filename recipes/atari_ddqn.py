@@ -235,10 +235,11 @@ class DDQNConfig:
             self.total_steps,
         )
 
-    @property
-    def run_dir(self) -> Path:
-        name = self.run_name or f"{self.env.replace('/', '_')}/{self.arm}/seed{self.seed}"
-        return Path(self.log_dir) / name
+
+
+def run_dir(cfg: DDQNConfig) -> Path:
+    """``log_dir/run_name``, by default ``log_dir/<env>/<arm>/seed<seed>``."""
+    return Path(cfg.log_dir) / (cfg.run_name or f"{cfg.env.replace('/', '_')}/{cfg.arm}/seed{cfg.seed}")
 
 
 def config_files(env: str, arm: str) -> list[Path]:
@@ -567,8 +568,8 @@ def train(cfg: DDQNConfig) -> RunResult:
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
-    cfg.run_dir.mkdir(parents=True, exist_ok=True)
-    (cfg.run_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=1) + "\n")
+    run_dir(cfg).mkdir(parents=True, exist_ok=True)
+    (run_dir(cfg) / "config.json").write_text(json.dumps(asdict(cfg), indent=1) + "\n")
     options: dict[str, Any] = dict(backend=cfg.env_backend, noop_max=cfg.noop_max, threads=cfg.env_threads)
     env, spec = make_env(cfg.env, cfg.num_envs, **options)
     if device.type == "cuda":
@@ -585,15 +586,15 @@ def train(cfg: DDQNConfig) -> RunResult:
         weight_norm=cfg.weight_norm, backend=cfg.replay, seed=cfg.seed,
     )  # fmt: skip
     rng = np.random.default_rng([cfg.seed, 1])
-    logger = Logger(cfg.run_dir, cfg.tensorboard, resume=cfg.resume)
+    logger = Logger(run_dir(cfg), cfg.tensorboard, resume=cfg.resume)
     scores = load_atari_scores().get(atari_rom(cfg.env)) if env_family(cfg.env) == "atari" else None
     evaluator = Evaluator(
         make_env(cfg.env, cfg.eval_envs, **options)[0], epsilon=cfg.eval_epsilon, max_steps=cfg.eval_steps,
         max_episodes=cfg.eval_episodes, seed=cfg.seed, device=device, scores=scores, logger=logger,
-        run_dir=cfg.run_dir,
+        run_dir=run_dir(cfg),
     )  # fmt: skip
     parts = dict(q=q, q_target=q_target, optimizer=optimizer, replay=replay, rng=rng, evaluator=evaluator)
-    state, env = resume(cfg, load_checkpoint(cfg.run_dir / "checkpoint.pt", device), env, parts)
+    state, env = resume(cfg, load_checkpoint(run_dir(cfg) / "checkpoint.pt", device), env, parts)
     timer, window, rate = state.timer, state.window, StepRate(state.step)
     bar = tqdm(total=cfg.total_steps, initial=state.step, desc=f"{cfg.env} {cfg.arm}", unit="step",
                disable=not cfg.progress, dynamic_ncols=True, smoothing=0.05)  # fmt: skip
@@ -668,7 +669,7 @@ def train(cfg: DDQNConfig) -> RunResult:
             })  # fmt: skip
             state.next_log += cfg.log_every
         if state.next_checkpoint is not None and state.step >= state.next_checkpoint:
-            save_checkpoint(cfg.run_dir / "checkpoint.pt", checkpoint(cfg, state, env, parts))
+            save_checkpoint(run_dir(cfg) / "checkpoint.pt", checkpoint(cfg, state, env, parts))
             state.next_checkpoint += cfg.checkpoint_every  # type: ignore[operator]
     bar.close()
     return finish(cfg, state, env, parts, stopped, started, logger)
@@ -732,7 +733,7 @@ def finish(
     record = evaluator.record
     if stopped == "done" and (not record.steps or record.steps[-1] < state.step):
         evaluator.select(parts["q"], state.step)
-    save_checkpoint(cfg.run_dir / "checkpoint.pt", checkpoint(cfg, state, env, parts))
+    save_checkpoint(run_dir(cfg) / "checkpoint.pt", checkpoint(cfg, state, env, parts))
     best = evaluator.reevaluate_best(parts["q"]) if stopped != "stop_after" else None
     logger.close()
     env.close()
@@ -741,7 +742,7 @@ def finish(
     best_score = record.best_score if record.best_step is not None else float("nan")
     best_policy = best.score if best is not None else float("nan")
     result = RunResult(
-        config=asdict(cfg), run_dir=str(cfg.run_dir), eval_steps=list(record.steps),
+        config=asdict(cfg), run_dir=str(run_dir(cfg)), eval_steps=list(record.steps),
         eval_scores=list(record.scores), best_score=best_score, best_step=record.best_step,
         best_policy_score=best_policy, best_policy_episodes=best.episodes if best is not None else 0,
         normalized_best=finite_or_none(normalized_or_nan(best_policy, evaluator.scores)),
@@ -750,7 +751,7 @@ def finish(
         stopped=stopped, timing_s=dict(state.timer.totals),
         learning_phase=state.timer.learning_phase(state.step, state.updates),
     )  # fmt: skip
-    (cfg.run_dir / "result.json").write_text(json.dumps(asdict(result), indent=1) + "\n")
+    (run_dir(cfg) / "result.json").write_text(json.dumps(asdict(result), indent=1) + "\n")
     return result
 
 
