@@ -39,15 +39,15 @@ DEFAULT_OUT = Path("runs") / "atari_loop.json"
 
 def measure(arm: str, acting_steps: int, updates: int, log_dir: str, device: str) -> dict[str, Any]:
     """Timings of the acting and learning phases of one arm's run."""
-    from recipes.atari_ddqn import DDQNConfig, train
+    from recipes.atari_ddqn import load_config, train
 
     common: dict[str, Any] = dict(
         env="ALE/Pong-v5", arm=arm, eval_every=10**9, eval_steps=8, log_every=10**9, log_dir=log_dir,
         progress=False, tensorboard=False, device=device, seed=0,
     )  # fmt: skip
     # compiles and loads the replay's kernels, so that the timed run measures steady state
-    train(DDQNConfig(total_steps=64, learning_starts=32, run_name=f"{arm}-warmup", **common))
-    run = train(DDQNConfig(
+    train(load_config(total_steps=64, learning_starts=32, run_name=f"{arm}-warmup", **common))
+    run = train(load_config(
         total_steps=acting_steps + 4 * updates, learning_starts=acting_steps, run_name=arm, **common
     ))  # fmt: skip
     assert run.learning_phase is not None
@@ -144,7 +144,7 @@ def section(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from recipes.atari_ddqn import ARMS
+    from recipes.atari_ddqn import PAPER_ARMS as ARMS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--acting_steps", type=int, default=2_000, help="steps before the first update")

@@ -9,40 +9,43 @@ minibatch of ``k`` transitions ``j`` with probability ``P(j) = p_j^α / Σ_i p_i
     p_j ← |δ_j|
     θ ← θ + η Σ_j w_j δ_j ∇_θ Q(S_{j−1}, A_{j−1})
 
-(Algorithm 1, Sec. 3.3-4, App. B.2).  ``arm`` picks the distribution: ``uniform`` (α = 0, β = 0:
-the Double DQN baseline), ``proportional`` (``p = |δ| + ε``, α = 0.6, β 0.4 → 1) or ``rank``
-(``p = 1/rank``, α = 0.7, β 0.5 → 1), the prioritized arms with step size η/4 (Sec. 4).
-Lines marked ``# PER:`` are where prioritization touches the loop.
+(Algorithm 1, Sec. 3.3-4, App. B.2).  An *arm* is a config file under
+``recipes/configs/atari_ddqn/arms/`` (Table 3): ``uniform`` (α = 0, β = 0: the Double DQN
+baseline), ``proportional`` (``p = |δ| + ε``, α = 0.6, β 0.4 → 1), ``rank`` (``p = 1/rank``,
+α = 0.7, β 0.5 → 1), and the paper's first experiment, plain DQN (``max_a Q_target``) with
+``dqn_uniform`` or ``dqn_rank`` (α annealed 0.5 → 0, β = 0); the prioritized arms step η/4.
+The environment's family picks the other values (``recipes/configs/atari_ddqn/<family>.yaml``).
+Lines marked ``# PER:`` are where prioritization touches the loop; all of them are in ``train``
+and ``make_optimizer``.
 
 Commands (``PYTHONPATH=.`` is enough, nothing needs installing)::
 
     python -m recipes.atari_ddqn train --env ALE/Pong-v5 --arm proportional --device cuda
     python -m recipes.atari_ddqn train --env CartPole-v1 --arm rank
-    python -m recipes.atari_ddqn sweep --env CartPole-v1 --seeds 5 --jobs 14 --out docs/results/cartpole
-    python -m recipes.atari_ddqn plot --json docs/results/cartpole.json
+    python -m recipes.atari_ddqn train --env ALE/Pong-v5 --arm dqn_rank
+    python -m recipes.dqn_sweep sweep --env CartPole-v1 --seeds 5 --jobs 14 --out docs/results/cartpole
 
-Defaults not given on the command line come from the environment's preset (``PRESETS``: Atari as
-in the paper, MinAtar from Young & Tian 2019, CartPole from RL Baselines3 Zoo); each value and its source
-is listed in ``docs/recipes/atari_ddqn.md``.
+Options given on the command line win over the arm's file, which wins over the family's; each
+value and its source is listed in ``docs/recipes/atari_ddqn.md``.  Sweeps, plots and the weight
+ablation live in ``recipes/dqn_sweep.py``; timers, logging, evaluation bookkeeping and checkpoint
+files in ``recipes/dqn_parts.py``; environments in ``recipes/dqn_envs.py``.
 """
 
 from __future__ import annotations
 
 import copy
-import csv
 import json
-import math
-import os
 import pickle
 import sys
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import cloudpickle  # type: ignore[import-untyped]
 import numpy as np
 import torch
+import yaml
 from torch import nn
 from tqdm import tqdm  # type: ignore[import-untyped]
 
@@ -51,121 +54,139 @@ from recipes import cli
 from recipes.dqn_envs import (
     EnvBackend,
     EnvSpec,
-    Evaluation,
     atari_rom,
     check_env,
     env_family,
-    evaluate,
     lives,
     load_atari_scores,
     make_env,
-    normalized_score,
     seed_envs,
 )
+from recipes.dqn_parts import (
+    Evaluator,
+    Logger,
+    MetricWindow,
+    RunResult,
+    StepRate,
+    Timer,
+    finite_or_none,
+    load_checkpoint,
+    normalized_or_nan,
+    save_checkpoint,
+)
 
-Arm = Literal["uniform", "proportional", "rank"]
-ARMS: tuple[Arm, ...] = ("uniform", "proportional", "rank")
+CONFIG_DIR = Path(__file__).parent / "configs" / "atari_ddqn"
+ARMS: tuple[str, ...] = ("uniform", "proportional", "rank", "dqn_uniform", "dqn_rank")
+"""Arm config files (``CONFIG_DIR/arms/<arm>.yaml``), Table 3 of the paper."""
+PAPER_ARMS: tuple[str, ...] = ("uniform", "proportional", "rank")
+"""The Double DQN arms of the paper's headline (Figs. 9-10): a sweep's default."""
+Replay = Literal["uniform", "proportional", "rank"]
+Algorithm = Literal["double_dqn", "dqn"]
 Network = Literal["nature_cnn", "minatar_cnn", "mlp"]
 Optimizer = Literal["dqn_rmsprop", "rmsprop", "adam"]
-
-PAPER_PRIORITY: dict[str, tuple[float, float]] = {
-    "uniform": (0.0, 0.0),
-    "proportional": (0.6, 0.4),
-    "rank": (0.7, 0.5),
-}
-"""(α, β0) per arm: the paper's tuned Atari values (Sec. 4, Table 3); β is annealed to 1."""
 
 
 @dataclass(frozen=True)
 class DDQNConfig:
-    """One Double DQN run.  ``None`` means: the value of the environment's preset (``PRESETS``)."""
+    """One run.  The defaults are the paper's Atari agent with proportional replay; build the
+    config of another environment or arm with :func:`load_config` (the command line does)."""
 
     env: str = "ALE/Pong-v5"
     """Gymnasium id: ``ALE/<Game>-v5`` (Atari), ``MinAtar/<Game>-v1`` or e.g. ``CartPole-v1``."""
-    arm: Arm = "proportional"
-    """Replay distribution: 'uniform' (Double DQN), 'proportional' or 'rank' (Schaul et al. 2016)."""
-    total_steps: int | None = None
-    """Agent steps of training T; β reaches 1 here (Atari: 50M steps = 200M frames, the paper)."""
+    arm: str = "proportional"
+    """The arm's name: on the command line it loads recipes/configs/atari_ddqn/arms/<arm>.yaml
+    (uniform, proportional, rank, dqn_uniform, dqn_rank); names run directories and sweep curves."""
+    algorithm: Algorithm = "double_dqn"
+    """'double_dqn': bootstrap Q_target(S, argmax_a Q(S, a)); 'dqn': max_a Q_target(S, a)."""
+    replay: Replay = "proportional"
+    """Replay distribution: 'uniform', 'proportional' (p = |δ| + ε) or 'rank' (p = 1/rank)."""
+    total_steps: int = 50_000_000
+    """Agent steps of training T; α and β reach their end values here (Atari: 50M = 200M frames)."""
     seed: int = 0
     """Seeds the network, the environments, exploration and the sampler."""
     device: str = "cpu"
     """Torch device of the networks: 'cpu', 'cuda', 'cuda:1', or 'auto' (cuda when available)."""
-    num_envs: int | None = None
+    num_envs: int = 4
     """Environments stepped together; each step of all of them counts num_envs agent steps."""
     env_backend: EnvBackend = "auto"
     """Atari only: 'vector' (ale-py AtariVectorEnv, the default) or 'gymnasium' (wrapper stack)."""
     env_threads: int = 1
     """Atari 'vector' backend: emulator threads per vector environment."""
-    memory_size: int | None = None
+    memory_size: int = 1_000_000
     """Replay capacity N in transitions, a sliding window (Atari: 10^6, Sec. 4)."""
     batch_size: int = 32
     """Minibatch k (Sec. 4: 32)."""
-    replay_period: int | None = None
+    replay_period: int = 4
     """K: one minibatch update per K agent steps (Atari: 4, Sec. 4)."""
-    learning_starts: int | None = None
-    """Agent steps of ε = 1 play before the first update (Atari: 50,000, Mnih et al. 2015)."""
-    alpha: float | None = None
-    """Priority exponent α; default the paper's for the arm (proportional 0.6, rank 0.7, uniform 0)."""
-    beta0: float | None = None
-    """Initial IS exponent β0, annealed linearly to beta_end over training (0.4 / 0.5; uniform 0)."""
-    beta_end: float | None = None
-    """β at the end of training (prioritized arms 1, Table 3; uniform 0)."""
+    learning_starts: int = 50_000
+    """Agent steps of ε = 1 play before the first update (DQN release: 50,000)."""
+    alpha: float = 0.6
+    """Priority exponent α (at the first update when annealed)."""
+    alpha_end: float | None = None
+    """α at the end of training, annealed linearly from ``alpha`` (dqn_rank: 0.5 → 0); None: constant."""
+    beta0: float = 0.4
+    """IS exponent β at the first update, annealed linearly to beta_end."""
+    beta_end: float = 1.0
+    """β at the end of training (prioritized Double DQN arms 1, Table 3)."""
     priority_eps: float = 1e-6
     """ε of p = |δ| + ε (proportional; any small positive constant, Sec. 3.3)."""
-    network: Network | None = None
+    weight_norm: Literal["memory", "batch"] = "memory"
+    """Importance weights divided by their maximum over the memory (the paper, App. B.2.1) or
+    over the minibatch."""
+    network: Network = "nature_cnn"
     """'nature_cnn' (Mnih et al. 2015), 'minatar_cnn' (Young & Tian 2019) or 'mlp'."""
-    hidden: tuple[int, ...] | None = None
-    """Hidden widths of the 'mlp' network."""
-    shared_bias: bool | None = None
+    hidden: tuple[int, ...] = (512,)
+    """Hidden widths after the convolutions ('mlp': of the whole network)."""
+    shared_bias: bool = True
     """One bias shared by all action values in the output layer (tuned Double DQN, van Hasselt et al.)."""
-    optimizer: Optimizer | None = None
+    optimizer: Optimizer = "dqn_rmsprop"
     """'dqn_rmsprop' (DeepMind's centred RMSProp, ε inside the root), 'rmsprop' (torch centred) or 'adam'."""
-    lr: float | None = None
-    """η of the uniform arm (Atari: 0.00025)."""
-    prioritized_lr_divisor: float = 4.0
-    """The prioritized arms use η / this (Sec. 4: 4)."""
+    lr: float = 0.00025
+    """η of the baseline (Atari: 0.00025, Table 3)."""
+    lr_divisor: float = 4.0
+    """The optimiser steps η / lr_divisor (Table 3: 4 for the prioritized arms, 1 for the baselines)."""
     rmsprop_decay: float = 0.95
     """RMSProp gradient and squared-gradient momentum (Mnih et al. 2015: 0.95)."""
     rmsprop_eps: float = 0.01
     """RMSProp min squared gradient (Mnih et al. 2015: 0.01)."""
-    loss_reduction: Literal["sum", "mean"] | None = None
+    loss_reduction: Literal["sum", "mean"] = "sum"
     """'sum': Δ = Σ_j w_j δ_j ∇Q as in Algorithm 1; 'mean': divided by k."""
     gamma: float = 0.99
     """Discount γ (Mnih et al. 2015)."""
     n_step: int = 1
     """Steps per return (the paper: 1).  n > 1 learns from ``Σ_{k<m} γ^k R_{t+k} + γ^m Q(S_{t+m})``,
     ``m = n`` unless the episode ends first (multi-step returns with PER: Hessel et al. 2018)."""
-    target_update_period: int | None = None
+    target_update_period: int = 30_000
     """Agent steps between copies θ_target ← θ (tuned Double DQN: 30,000)."""
-    clip_reward: bool | None = None
+    clip_reward: bool = True
     """Clip rewards to [−1, 1] for learning (Atari, Sec. 4); scores stay unclipped."""
     clip_td: bool = True
     """Clip δ to [−1, 1] (Sec. 4): Huber loss, and priorities |clip(δ)|."""
     eps_start: float = 1.0
     """Initial exploration ε."""
-    eps_end: float | None = None
+    eps_end: float = 0.01
     """Final exploration ε (tuned Double DQN: 0.01)."""
-    eps_decay_steps: int | None = None
-    """Agent steps of the linear ε decay after learning_starts (Atari: 250,000 = 1M frames)."""
-    terminal_on_life_loss: bool | None = None
+    eps_decay_steps: int = 1_000_000
+    """Agent steps of the linear ε decay after learning_starts (DQN release: 10^6)."""
+    terminal_on_life_loss: bool = True
     """Atari: a lost life ends the bootstrapped return (γ_t = 0) though the game goes on (DQN)."""
-    eval_every: int | None = None
-    """Agent steps between evaluations (Atari: 250,000 = 1M frames)."""
-    eval_steps: int | None = None
+    eval_every: int = 250_000
+    """Agent steps between evaluations (DQN release: 250,000)."""
+    eval_steps: int = 125_000
     """Agent-step budget of one evaluation (the paper's test protocol: 125,000 = 500k frames)."""
-    eval_episodes: int | None = None
+    eval_episodes: int = 1_000
     """Stop an evaluation after this many completed episodes."""
     eval_epsilon: float = 0.01
-    """ε of the evaluation policy (Double DQN test protocol: 0.01, Table 6)."""
-    eval_envs: int | None = None
+    """ε of the evaluation policy (App. B.2.3: 0.01 for Double DQN, 0.05 for DQN)."""
+    eval_envs: int = 4
     """Environments played in parallel during evaluation."""
     noop_max: int = 30
     """Atari: up to this many no-op actions start each episode (train and test, Mnih et al. 2015)."""
     log_dir: str = "runs/atari_ddqn"
     """Root of run directories (metrics.csv, TensorBoard events, checkpoints)."""
     run_name: str | None = None
-    """Run directory under log_dir; default '<env>/<arm>/seed<seed>'."""
-    log_every: int | None = None
+    """Run directory under log_dir; None: '<env>/<arm>/seed<seed>'."""
+    log_every: int = 10_000
     """Agent steps between metric rows."""
     tensorboard: bool = True
     """Also write TensorBoard events (needs the tensorboard package)."""
@@ -187,109 +208,61 @@ class DDQNConfig:
 
     def __post_init__(self) -> None:
         cli.one_of(self, "arm", ARMS)
+        cli.one_of(self, "algorithm", ("double_dqn", "dqn"))
+        cli.one_of(self, "replay", ("uniform", "proportional", "rank"))
+        cli.one_of(self, "weight_norm", ("memory", "batch"))
         check_env(self.env)  # Pendulum-v1 used to get as far as an AttributeError on its action space
         cli.at_least(
-            self,
-            1,
-            "batch_size",
-            "threads",
-            "env_threads",
-            "total_steps",
-            "num_envs",
-            "memory_size",
-            "n_step",
-            "replay_period",
-            "target_update_period",
-            "eval_every",
-            "eval_steps",
-            "eval_episodes",
-            "eval_envs",
-            "log_every",
-            "checkpoint_every",
-            "eps_decay_steps",
-        )
-        cli.at_least(self, 0, "learning_starts", "noop_max", "alpha", "seed")
-        cli.positive(self, "prioritized_lr_divisor", "priority_eps", "rmsprop_eps")
+            self, 1, "batch_size", "threads", "env_threads", "total_steps", "num_envs", "memory_size",
+            "n_step", "replay_period", "target_update_period", "eval_every", "eval_steps",
+            "eval_episodes", "eval_envs", "log_every", "checkpoint_every", "eps_decay_steps",
+        )  # fmt: skip
+        cli.at_least(self, 0, "learning_starts", "noop_max", "alpha", "alpha_end", "seed")
+        cli.positive(self, "lr", "lr_divisor", "priority_eps", "rmsprop_eps")
         for name in ("gamma", "beta0", "beta_end", "eps_start", "eps_end", "eval_epsilon", "rmsprop_decay"):
             cli.in_range(self, name, 0.0, 1.0)
-        if self.lr is not None:
-            cli.positive(self, "lr")
         if self.time_budget_s is not None:
             cli.at_least(self, 0.0, "time_budget_s")
-        if self.hidden is not None:
-            cli.require(
-                bool(self.hidden) and min(self.hidden) >= 1,
-                "hidden",
-                "be a comma list of widths >= 1",
-                self.hidden,
-            )
+        cli.require(bool(self.hidden) and min(self.hidden) >= 1, "hidden", "be a comma list of widths >= 1",
+                    self.hidden)  # fmt: skip
+        cli.require(self.memory_size >= self.batch_size, "memory_size", f"be >= batch_size={self.batch_size}",
+                    self.memory_size)  # fmt: skip
+        # Fewer steps than learning_starts used to finish "done" after 0 updates, without a word.
+        cli.require(
+            self.total_steps > self.learning_starts,
+            "total_steps",
+            f"be > learning_starts={self.learning_starts} (no update would run)",
+            self.total_steps,
+        )
 
 
-PRESETS: dict[str, dict[str, Any]] = {
-    # The paper (Sec. 4, App. B.2) on the tuned Double DQN of van Hasselt et al. (2016), itself on
-    # the Nature DQN (Mnih et al. 2015).  Counts are in agent steps (one step = 4 frames).
-    "atari": dict(
-        total_steps=50_000_000, num_envs=4, memory_size=1_000_000, replay_period=4,
-        learning_starts=50_000, network="nature_cnn", hidden=(512,), shared_bias=True,
-        optimizer="dqn_rmsprop", lr=0.00025, loss_reduction="sum", target_update_period=30_000,
-        clip_reward=True, eps_end=0.01, eps_decay_steps=250_000, terminal_on_life_loss=True,
-        eval_every=250_000, eval_steps=125_000, eval_episodes=1_000, eval_envs=4, log_every=10_000,
-    ),
-    # Young & Tian (2019), MinAtar's DQN: conv 16×3×3 + 128 units, centred RMSProp (torch), one
-    # update per step, memory 100,000, target copy every 1,000 steps, ε 1 → 0.1 over 100,000 steps.
-    "minatar": dict(
-        total_steps=5_000_000, num_envs=1, memory_size=100_000, replay_period=1,
-        learning_starts=5_000, network="minatar_cnn", hidden=(128,), shared_bias=False,
-        optimizer="rmsprop", lr=0.00025, loss_reduction="mean", target_update_period=1_000,
-        clip_reward=False, eps_end=0.1, eps_decay_steps=100_000, terminal_on_life_loss=False,
-        eval_every=10_000, eval_steps=20_000, eval_episodes=20, eval_envs=4, log_every=2_000,
-    ),
-    # CartPole: RL Baselines3 Zoo's tuned DQN (MLP 256-256, Adam 2.3e-3, batch 64, memory 10^5, 1,000
-    # steps before learning, ε 1 → 0.04 over 8,000 steps, one update per 2 steps, target copy
-    # every 256 steps), with the updates spread evenly instead of in bursts.
-    "classic": dict(
-        total_steps=100_000, num_envs=1, memory_size=100_000, replay_period=2,
-        learning_starts=1_000, network="mlp", hidden=(256, 256), shared_bias=False,
-        optimizer="adam", lr=0.0023, loss_reduction="mean", target_update_period=256,
-        clip_reward=False, eps_end=0.04, eps_decay_steps=8_000, terminal_on_life_loss=False,
-        eval_every=5_000, eval_steps=5_000, eval_episodes=10, eval_envs=5, log_every=2_000,
-    ),
-}  # fmt: skip
-"""Per-family defaults for every ``None`` field of :class:`DDQNConfig`."""
+
+def run_dir(cfg: DDQNConfig) -> Path:
+    """``log_dir/run_name``, by default ``log_dir/<env>/<arm>/seed<seed>``."""
+    return Path(cfg.log_dir) / (cfg.run_name or f"{cfg.env.replace('/', '_')}/{cfg.arm}/seed{cfg.seed}")
 
 
-def resolve(config: DDQNConfig) -> DDQNConfig:
-    """``config`` with every ``None`` field set from its environment's preset and arm."""
-    preset = PRESETS[env_family(config.env)]
-    values = {
-        f.name: preset[f.name] for f in fields(config) if getattr(config, f.name) is None and f.name in preset
-    }
-    alpha, beta0 = PAPER_PRIORITY[config.arm]
-    if config.alpha is None:
-        values["alpha"] = alpha
-    if config.beta0 is None:
-        values["beta0"] = beta0
-    if config.beta_end is None:
-        values["beta_end"] = 0.0 if config.arm == "uniform" else 1.0
-    if config.run_name is None:
-        values["run_name"] = f"{config.env.replace('/', '_')}/{config.arm}/seed{config.seed}"
-    resolved = replace(config, **values)
-    assert resolved.memory_size is not None and resolved.total_steps is not None
-    assert resolved.learning_starts is not None
-    cli.require(
-        resolved.memory_size >= resolved.batch_size,
-        "memory_size",
-        f"be >= batch_size={resolved.batch_size}",
-        resolved.memory_size,
-    )
-    # Fewer steps than learning_starts used to finish "done" after 0 updates, without a word.
-    cli.require(
-        resolved.total_steps > resolved.learning_starts,
-        "total_steps",
-        f"be > learning_starts={resolved.learning_starts} (no update would run)",
-        resolved.total_steps,
-    )
-    return resolved
+def config_files(env: str, arm: str) -> list[Path]:
+    """The family's preset, then the arm's file: the config files behind ``--env env --arm arm``."""
+    if arm not in ARMS:
+        raise cli.ConfigError("arm", f"be one of {', '.join(ARMS)}", arm)
+    return [CONFIG_DIR / f"{env_family(env)}.yaml", CONFIG_DIR / "arms" / f"{arm}.yaml"]
+
+
+def load_config(env: str = "ALE/Pong-v5", arm: str = "proportional", **overrides: Any) -> DDQNConfig:
+    """The config of ``env`` and ``arm`` from their files (:func:`config_files`), then ``overrides``."""
+    values: dict[str, Any] = {}
+    for path in config_files(env, arm):
+        values.update(yaml.safe_load(path.read_text()))
+    values.update(env=env, **overrides)
+    values["hidden"] = tuple(values["hidden"])
+    return DDQNConfig(**values)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
 
 
 # -- networks ----------------------------------------------------------------------------------------
@@ -380,19 +353,16 @@ class DQNRMSprop(torch.optim.Optimizer):
 
 
 def make_optimizer(config: DDQNConfig, params: Any) -> torch.optim.Optimizer:
-    """The optimiser with step size η, or η / 4 for the prioritized arms (Sec. 4)."""
-    assert config.lr is not None
+    """The optimiser with step size η / lr_divisor."""
     # PER: the prioritized arms step η / 4: they replay high-error transitions more often (Sec. 4).
-    lr = config.lr if config.arm == "uniform" else config.lr / config.prioritized_lr_divisor
+    lr = config.lr / config.lr_divisor
     if config.optimizer == "dqn_rmsprop":
         return DQNRMSprop(params, lr, config.rmsprop_decay, config.rmsprop_eps)
     if config.optimizer == "rmsprop":
         return torch.optim.RMSprop(
             params, lr=lr, alpha=config.rmsprop_decay, eps=config.rmsprop_eps, centered=True
         )
-    if config.optimizer == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    raise ValueError(f"optimizer should be dqn_rmsprop, rmsprop or adam, but got {config.optimizer!r}")
+    return torch.optim.Adam(params, lr=lr)
 
 
 # -- the update of Algorithm 1 -----------------------------------------------------------------------
@@ -423,14 +393,59 @@ def double_dqn_td_error(
     return target - q_taken
 
 
-def transition_targets(
-    reward: np.ndarray, terminated: np.ndarray, life_lost: np.ndarray, clip_reward: bool, gamma: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(R_t, γ_t)`` as stored: the reward clipped to [−1, 1] when asked (Sec. 4), and the per-step
-    discount ``γ_t``: 0 where the episode terminated or a life was lost (the bootstrapped return
-    ends there), else γ."""
-    learn_reward = np.clip(reward, -1.0, 1.0) if clip_reward else np.asarray(reward, dtype=np.float64)
-    return learn_reward, np.where(terminated | life_lost, 0.0, gamma)
+def dqn_td_error(
+    q: nn.Module,
+    q_target: nn.Module,
+    obs: torch.Tensor,
+    action: torch.Tensor,
+    reward: torch.Tensor,
+    discount: torch.Tensor,
+    next_obs: torch.Tensor,
+) -> torch.Tensor:
+    """``δ_j = R_j + γ_j max_a Q_target(S_j, a) − Q(S_{j−1}, A_{j−1})`` (DQN, Mnih et al. 2015):
+    the target network both picks and values the action (the paper's DQN arms, Table 3)."""
+    q_taken = q(obs).gather(1, action.long().view(-1, 1)).squeeze(1)
+    with torch.no_grad():
+        target = reward + discount * q_target(next_obs).max(dim=1).values
+    return target - q_taken
+
+
+class Batch(NamedTuple):
+    """One minibatch as tensors on the networks' device (``draw.weights`` as ``weights``)."""
+
+    obs: torch.Tensor
+    action: torch.Tensor
+    reward: torch.Tensor
+    discount: torch.Tensor
+    next_obs: torch.Tensor
+    weights: torch.Tensor
+
+
+def as_batch(sample: Any, weights: Any, device: torch.device) -> Batch:
+    """The replay's sample as a :class:`Batch` on ``device``: a copy from host arrays, nothing for
+    tensors already there (a replay that samples on the device)."""
+
+    def put(value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return torch.as_tensor(value, device=device, dtype=dtype)
+
+    return Batch(put(sample["obs"]), put(sample["action"]), put(sample["reward"], torch.float32),
+                 put(sample["discount"], torch.float32), put(sample["next_obs"]),
+                 put(weights))  # fmt: skip
+
+
+def learn(
+    q: nn.Module, q_target: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, cfg: DDQNConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step ``θ ← θ + η Σ_j w_j δ_j ∇θ Q(S_{j−1}, A_{j−1})`` (Algorithm 1, lines 11-15); returns
+    the loss and the new priorities ``|δ_j|`` (clipped as the update clips them), on the device."""
+    td_error = double_dqn_td_error if cfg.algorithm == "double_dqn" else dqn_td_error
+    delta = td_error(q, q_target, batch.obs, batch.action, batch.reward, batch.discount, batch.next_obs)
+    loss = weighted_td_loss(delta, batch.weights, cfg.clip_td, cfg.loss_reduction)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    delta = delta.detach()
+    return loss.detach(), (delta.clamp(-1.0, 1.0) if cfg.clip_td else delta).abs()
 
 
 def weighted_td_loss(
@@ -450,395 +465,339 @@ def weighted_td_loss(
     return total / delta.shape[0] if reduction == "mean" else total
 
 
-# -- training ----------------------------------------------------------------------------------------
+# -- schedules and loop state ------------------------------------------------------------------------
 
 
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+@dataclass(frozen=True)
+class Schedules:
+    """ε, α and β as functions of the agent step ``t``, the one unit of every schedule.
 
+    ε: ``eps_start`` until ``learning_starts``, then linear to ``eps_end`` over ``eps_decay_steps``
+    (DQN release).  α and β: linear from their start values at the first update
+    (``learning_starts``) to their end values at ``total_steps`` (Sec. 3.4, Table 3: "the limiting
+    value is reached at the end of training").  α changes in steps of 0.01: a new α rebuilds the
+    sampler's distribution, which the paper also updated "infrequently" (App. B.2.1).
+    """
 
-COLUMNS = {
-    "metrics": ("step", "train/episode_return", "train/episodes", "train/epsilon", "train/loss",
-                "train/td_abs", "per/beta", "per/weight_mean", "per/weight_min", "per/max_priority",
-                "perf/steps_per_s", "replay/size", "updates"),
-    "eval": ("step", "eval/score", "eval/episodes", "eval/normalized"),
-}  # fmt: skip
-"""Columns of ``metrics.csv`` (every log_every steps) and ``eval.csv`` (every evaluation)."""
+    learning_starts: int
+    epsilon: LinearSchedule
+    alpha: LinearSchedule
+    beta: LinearSchedule
 
+    @classmethod
+    def of(cls, cfg: DDQNConfig) -> Schedules:
+        annealing = max(1, cfg.total_steps - cfg.learning_starts)
+        alpha_end = cfg.alpha if cfg.alpha_end is None else cfg.alpha_end
+        return cls(
+            cfg.learning_starts,
+            LinearSchedule(cfg.eps_start, cfg.eps_end, cfg.eps_decay_steps),
+            LinearSchedule(cfg.alpha, alpha_end, annealing),
+            LinearSchedule(cfg.beta0, cfg.beta_end, annealing),
+        )
 
-class Logger:
-    """CSV rows (``metrics.csv``, ``eval.csv``; columns in ``COLUMNS``) and TensorBoard scalars."""
-
-    def __init__(self, run_dir: Path, tensorboard: bool, resume: bool) -> None:
-        self.paths = {name: run_dir / f"{name}.csv" for name in COLUMNS}
-        for name, path in self.paths.items():
-            if not (resume and path.exists()):
-                with path.open("w", newline="") as f:
-                    csv.writer(f).writerow(COLUMNS[name])
-        self.writer: Any = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.writer = SummaryWriter(str(run_dir / "tensorboard"))
-            except ImportError:
-                print("tensorboard is not installed: metrics go to the CSV files only", file=sys.stderr)
-
-    def log(self, name: str, step: int, metrics: dict[str, float]) -> None:
-        row = {"step": step, **metrics}
-        with self.paths[name].open("a", newline="") as f:
-            csv.writer(f).writerow([row.get(c, "") for c in COLUMNS[name]])
-        if self.writer is not None:
-            for key, value in metrics.items():
-                if math.isfinite(value):
-                    self.writer.add_scalar(key, value, step)
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+    def at(self, t: int) -> tuple[float, float, float]:
+        """``(ε, α, β)`` at agent step ``t``."""
+        since = t - self.learning_starts
+        epsilon = self.epsilon(since) if since >= 0 else self.epsilon.start
+        return epsilon, round(self.alpha(since), 2), self.beta(since)
 
 
 @dataclass
-class RunResult:
-    """What one run returns (and ``result.json`` in its directory holds)."""
+class LoopState:
+    """Everything the loop carries from one agent step to the next (checkpointed whole)."""
 
-    config: dict[str, Any]
-    eval_steps: list[int]
-    """Nominal step of each evaluation (multiples of eval_every; the final one at the stop)."""
-    eval_scores: list[float]
-    best_score: float
-    steps: int
-    updates: int
-    wall_s: float
-    steps_per_s: float
-    stopped: str
-    """'done', 'time_budget' or 'stop_after'."""
-    timing_s: dict[str, float]
-    """Seconds spent acting, stepping the environments, in replay.add, replay.sample, the network
-    update ('learn') and replay.update_priorities."""
-    learning_phase: dict[str, Any] | None = None
-    """From the first update on: {"steps", "updates", "timing_s"} (None if learning never started)."""
-    normalized_best: float | None = None
+    step: int
+    """Agent steps t so far, summed over the environments."""
+    next_target: int
+    next_eval: int
+    next_log: int
+    next_checkpoint: int | None
+    obs: np.ndarray
+    prev_done: np.ndarray
+    """Per environment: its last step ended an episode, so its next step only resets it."""
+    life: np.ndarray
+    returns: np.ndarray
+    """Undiscounted, unclipped return of each environment's episode so far."""
+    updates: int = 0
+    due: int = 0
+    """Agent steps not yet paid for by an update (one per replay_period)."""
+    refill_until: int = 0
+    """No update before this step (a resumed run without its memory refills it first)."""
+    episode_returns: list[float] = field(default_factory=list)
+    timer: Timer = field(default_factory=Timer)
+    window: MetricWindow = field(default_factory=MetricWindow)
+
+    def end_episodes(self, reward: np.ndarray, done: np.ndarray) -> None:
+        """Add the step's rewards (not to a resetting environment's) and close finished episodes."""
+        self.returns += np.where(self.prev_done, 0.0, reward)
+        for i in np.flatnonzero(done):
+            self.episode_returns.append(float(self.returns[i]))
+            self.returns[i] = 0.0
 
 
-def train(config: DDQNConfig) -> RunResult:
-    """Train one Double DQN agent with ``config.arm`` replay; evaluate, log and checkpoint."""
+def act(q: nn.Module, obs: np.ndarray, epsilon: float, rng: np.random.Generator, num_actions: int,
+        device: torch.device) -> np.ndarray:  # fmt: skip
+    """ε-greedy actions, one per environment (Algorithm 1, line 4); no network call while ε = 1."""
+    n = obs.shape[0]
+    if epsilon >= 1.0:
+        return rng.integers(0, num_actions, n)
+    with torch.no_grad():
+        greedy = q(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()
+    explore = rng.random(n) < epsilon
+    return np.where(explore, rng.integers(0, num_actions, n), greedy)
+
+
+def transition_targets(
+    reward: np.ndarray, terminated: np.ndarray, life_lost: np.ndarray, clip_reward: bool, gamma: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(R_t, γ_t)`` as stored: the reward clipped to [−1, 1] when asked (Sec. 4), and the per-step
+    discount ``γ_t``: 0 where the episode terminated or a life was lost (the bootstrapped return
+    ends there), else γ."""
+    learn_reward = np.clip(reward, -1.0, 1.0) if clip_reward else np.asarray(reward, dtype=np.float64)
+    return learn_reward, np.where(terminated | life_lost, 0.0, gamma)
+
+
+# -- training ----------------------------------------------------------------------------------------
+
+
+def train(cfg: DDQNConfig) -> RunResult:
+    """Train one agent with ``cfg``'s arm: Algorithm 1, with evaluation, logging and checkpoints."""
     from prisample.replay import PrioritizedReplay
 
-    cfg = resolve(config)
-    assert cfg.total_steps is not None and cfg.num_envs is not None and cfg.memory_size is not None
-    assert cfg.replay_period is not None and cfg.learning_starts is not None and cfg.lr is not None
-    assert cfg.target_update_period is not None and cfg.eps_decay_steps is not None
-    assert cfg.eval_every is not None and cfg.eval_steps is not None and cfg.eval_episodes is not None
-    assert cfg.eval_envs is not None and cfg.log_every is not None and cfg.network is not None
-    assert cfg.hidden is not None and cfg.alpha is not None and cfg.beta0 is not None
-    assert cfg.beta_end is not None and cfg.eps_end is not None and cfg.run_name is not None
     started = time.perf_counter()
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
-    run_dir = Path(cfg.log_dir) / cfg.run_name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=1) + "\n")
-
-    env_options: dict[str, Any] = dict(
-        backend=cfg.env_backend, noop_max=cfg.noop_max, threads=cfg.env_threads
-    )
-    env, spec = make_env(cfg.env, cfg.num_envs, **env_options)
-    eval_env, _ = make_env(cfg.env, cfg.eval_envs, **env_options)
+    run_dir(cfg).mkdir(parents=True, exist_ok=True)
+    (run_dir(cfg) / "config.json").write_text(json.dumps(asdict(cfg), indent=1) + "\n")
+    options: dict[str, Any] = dict(backend=cfg.env_backend, noop_max=cfg.noop_max, threads=cfg.env_threads)
+    env, spec = make_env(cfg.env, cfg.num_envs, **options)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest convolutions once
-    q = QNetwork(cfg.network, spec, cfg.hidden, bool(cfg.shared_bias)).to(device)
+    q = QNetwork(cfg.network, spec, cfg.hidden, cfg.shared_bias).to(device)  # Q with random θ
     q_target = copy.deepcopy(q)
     optimizer = make_optimizer(cfg, q.parameters())
-    total_updates = max(1, (cfg.total_steps - cfg.learning_starts) // cfg.replay_period)
-    # PER: the memory is a PrioritizedReplay whatever the arm; 'uniform' is α = 0, β = 0.
+    schedules = Schedules.of(cfg)
+    # PER: the memory is a PrioritizedReplay whatever the arm; 'uniform' is α = 0, β = 0 (line 1).
     replay = PrioritizedReplay(
-        cfg.memory_size,
-        spec.obs_shape[1:] if spec.frame_stack > 1 else spec.obs_shape,
-        frame_stack=spec.frame_stack,
-        obs_dtype=spec.obs_dtype,
-        num_streams=cfg.num_envs,
-        n_step=cfg.n_step,
-        alpha=cfg.alpha,
-        beta=LinearSchedule(cfg.beta0, cfg.beta_end, total_updates),  # PER: β0 → 1 over training
-        eps=cfg.priority_eps,
-        backend=cfg.arm,
-        seed=cfg.seed,
-    )
-    rng = np.random.default_rng([cfg.seed, 1])
-    eval_rng = np.random.default_rng([cfg.seed, 2])
-    scores = load_atari_scores().get(atari_rom(cfg.env)) if env_family(cfg.env) == "atari" else None
-
-    s: dict[str, Any] = dict(
-        step=0, updates=0, due=0, next_target=cfg.target_update_period, next_eval=cfg.eval_every,
-        next_log=cfg.log_every, next_checkpoint=cfg.checkpoint_every, eval_steps=[], eval_scores=[],
-        best_score=-math.inf, episode_returns=[], timing={"add": 0.0, "sample": 0.0, "update_priorities": 0.0,
-        "learn": 0.0, "act": 0.0, "env": 0.0}, window={},
+        cfg.memory_size, spec.obs_shape[1:] if spec.frame_stack > 1 else spec.obs_shape,
+        frame_stack=spec.frame_stack, obs_dtype=spec.obs_dtype, num_streams=cfg.num_envs,
+        n_step=cfg.n_step, alpha=cfg.alpha, beta=cfg.beta0, eps=cfg.priority_eps,
+        weight_norm=cfg.weight_norm, backend=cfg.replay, seed=cfg.seed,
     )  # fmt: skip
-    checkpoint_path = run_dir / "checkpoint.pt"
-    obs = None
-    if cfg.resume and checkpoint_path.exists():
-        ck = torch.load(checkpoint_path, map_location=device, weights_only=False)
-        q.load_state_dict(ck["q"])
-        q_target.load_state_dict(ck["q_target"])
-        optimizer.load_state_dict(ck["optimizer"])
-        s = ck["loop"]
-        if "memory" in ck["replay"]:
-            replay.load_state_dict(ck["replay"])
-        else:  # memory not saved: refill it (learning_starts steps) and go on with β where it was
-            s["refill_until"] = s["step"] + cfg.learning_starts
-            beta_now = LinearSchedule(cfg.beta0, cfg.beta_end, total_updates)(s["updates"])
-            replay.sampler.beta = LinearSchedule(beta_now, cfg.beta_end, max(1, total_updates - s["updates"]))
-        rng.bit_generator.state = ck["rng"]
-        eval_rng.bit_generator.state = ck["eval_rng"]
-        torch.set_rng_state(ck["torch_rng"])
-        if ck.get("env") is not None:  # gymnasium environments pickle; ALE's vector env does not
-            env.close()
-            env, obs, prev_done, life = pickle.loads(ck["env"])
-    if obs is None:
-        obs, info = seed_envs(env, cfg.seed + 1000 * s["step"])
-        prev_done = np.zeros(cfg.num_envs, dtype=bool)
-        life = lives(info, cfg.num_envs)
-    logger = Logger(run_dir, cfg.tensorboard, resume=cfg.resume)
-    returns = np.zeros(cfg.num_envs) if "running" not in s else np.asarray(s["running"])
-    timing: dict[str, float] = s["timing"]
-    window: dict[str, list[float]] = s["window"]
-
-    def epsilon(step: int) -> float:
-        if step < cfg.learning_starts:
-            return cfg.eps_start
-        fraction = min((step - cfg.learning_starts) / cfg.eps_decay_steps, 1.0)
-        return cfg.eps_start + fraction * (cfg.eps_end - cfg.eps_start)  # type: ignore[operator]
-
-    def learn() -> None:
-        """One minibatch update (Algorithm 1, lines 9-15)."""
-        t0 = time.perf_counter()
-        batch, draw = replay.sample(cfg.batch_size)  # PER: j ~ P(j) = p_j^α / Σ_i p_i^α, stratified
-        t1 = time.perf_counter()
-        obs_b, next_b = (torch.as_tensor(batch[key], device=device) for key in ("obs", "next_obs"))
-        action = torch.as_tensor(batch["action"], device=device)
-        reward = torch.as_tensor(batch["reward"], device=device, dtype=torch.float32)
-        discount = torch.as_tensor(batch["discount"], device=device, dtype=torch.float32)
-        weights = torch.as_tensor(draw.weights, device=device)  # PER: w_j = (N·P(j))^-β / max_i w_i
-        delta = double_dqn_td_error(q, q_target, obs_b, action, reward, discount, next_b)
-        loss = weighted_td_loss(delta, weights, cfg.clip_td, str(cfg.loss_reduction))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        td = (delta.detach().clamp(-1.0, 1.0) if cfg.clip_td else delta.detach()).abs().cpu().numpy()
-        t2 = time.perf_counter()
-        replay.update_priorities(draw.indices, td)  # PER: p_j ← |δ_j|
-        t3 = time.perf_counter()
-        timing["sample"] += t1 - t0
-        timing["learn"] += t2 - t1
-        timing["update_priorities"] += t3 - t2
-        for key, value in (("loss", float(loss.detach())), ("td_abs", float(td.mean())),
-                           ("weight_mean", float(draw.weights.mean())),
-                           ("weight_min", float(draw.weights.min()))):  # fmt: skip
-            window.setdefault(key, []).append(value)
-        s["updates"] += 1
-
-    def run_evaluation(at: int) -> Evaluation:
-        result = evaluate(
-            q, eval_env, epsilon=cfg.eval_epsilon, max_steps=cfg.eval_steps, max_episodes=cfg.eval_episodes,
-            rng=eval_rng, device=device, seed=cfg.seed + 10_000 + len(s["eval_steps"]),
-        )  # fmt: skip
-        s["eval_steps"].append(at)
-        s["eval_scores"].append(result.score)
-        metrics = {"eval/score": result.score, "eval/episodes": float(result.episodes)}
-        if scores is not None:
-            random, human = float(scores["random"]), float(scores["human"])
-            metrics["eval/normalized"] = float(normalized_score(result.score, random, human))
-        if result.score > s["best_score"]:  # the best policy is kept (App. B.2.3)
-            s["best_score"] = result.score
-            torch.save(q.state_dict(), run_dir / "best_q.pt")
-        logger.log("eval", at, metrics)
-        return result
-
-    def save_checkpoint() -> None:
-        s["running"] = returns.tolist()
-        try:
-            env_blob: bytes | None = cloudpickle.dumps((env, obs, prev_done, life))
-        except Exception:  # ALE's vector env holds C++ state: episodes in flight restart on resume
-            env_blob = None
-        torch.save(
-            {
-                "config": asdict(cfg), "q": q.state_dict(), "q_target": q_target.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "replay": replay.state_dict(include_memory=cfg.checkpoint_memory),
-                "rng": rng.bit_generator.state, "eval_rng": eval_rng.bit_generator.state,
-                "torch_rng": torch.get_rng_state(), "loop": s, "env": env_blob,
-            },
-            run_dir / "checkpoint.tmp",
-        )  # fmt: skip
-        os.replace(run_dir / "checkpoint.tmp", checkpoint_path)
-
-    bar = tqdm(total=cfg.total_steps, initial=s["step"], desc=f"{cfg.env} {cfg.arm}", unit="step",
+    rng = np.random.default_rng([cfg.seed, 1])
+    logger = Logger(run_dir(cfg), cfg.tensorboard, resume=cfg.resume)
+    scores = load_atari_scores().get(atari_rom(cfg.env)) if env_family(cfg.env) == "atari" else None
+    evaluator = Evaluator(
+        make_env(cfg.env, cfg.eval_envs, **options)[0], epsilon=cfg.eval_epsilon, max_steps=cfg.eval_steps,
+        max_episodes=cfg.eval_episodes, seed=cfg.seed, device=device, scores=scores, logger=logger,
+        run_dir=run_dir(cfg),
+    )  # fmt: skip
+    parts = dict(q=q, q_target=q_target, optimizer=optimizer, replay=replay, rng=rng, evaluator=evaluator)
+    state, env = resume(cfg, load_checkpoint(run_dir(cfg) / "checkpoint.pt", device), env, parts)
+    timer, window, rate = state.timer, state.window, StepRate(state.step)
+    bar = tqdm(total=cfg.total_steps, initial=state.step, desc=f"{cfg.env} {cfg.arm}", unit="step",
                disable=not cfg.progress, dynamic_ncols=True, smoothing=0.05)  # fmt: skip
     stopped = "done"
-    clock = time.perf_counter()
-    steps_at_clock = s["step"]
-    while s["step"] < cfg.total_steps:
-        if cfg.stop_after is not None and s["step"] >= cfg.stop_after:
+    while state.step < cfg.total_steps:
+        if cfg.stop_after is not None and state.step >= cfg.stop_after:
             stopped = "stop_after"
             break
         if cfg.time_budget_s is not None and time.perf_counter() - started > cfg.time_budget_s:
             stopped = "time_budget"
             break
-        # Act ε-greedily in every environment (Algorithm 1, line 4).
-        t0 = time.perf_counter()
-        eps = epsilon(s["step"])
-        if eps >= 1.0:
-            actions = rng.integers(0, spec.num_actions, cfg.num_envs)
-        else:
-            with torch.no_grad():
-                greedy = q(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()
-            explore = rng.random(cfg.num_envs) < eps
-            actions = np.where(explore, rng.integers(0, spec.num_actions, cfg.num_envs), greedy)
-        t1 = time.perf_counter()
-        next_obs, reward, terminated, truncated, info = env.step(actions.astype(np.int64))
-        t2 = time.perf_counter()
-        reward = np.asarray(reward, dtype=np.float64)
-        terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
-        next_life = lives(info, cfg.num_envs)
-        life_lost = (next_life < life) if cfg.terminal_on_life_loss else np.zeros(cfg.num_envs, dtype=bool)
-        learn_reward, discount = transition_targets(
-            reward, terminated, life_lost, bool(cfg.clip_reward), cfg.gamma
-        )
-        # Store (S_{t-1}, A_{t-1}, R_t, γ_t, S_t) (line 6); a step that only resets an environment
-        # (next-step autoreset) is not a transition.
-        live = np.flatnonzero(~prev_done)
-        t3 = time.perf_counter()
-        if live.size:
+        epsilon, alpha, beta = schedules.at(state.step)
+        with timer("act"):  # A_t ~ ε-greedy(Q(S_t, ·)) in every environment (line 4)
+            actions = act(q, state.obs, epsilon, rng, spec.num_actions, device)
+        with timer("env"):  # observe S_t, R_t, γ_t (line 5)
+            next_obs, reward, terminated, truncated, info = env.step(actions.astype(np.int64))
+            reward, terminated = np.asarray(reward, dtype=np.float64), np.asarray(terminated, dtype=bool)
+            done = (terminated | np.asarray(truncated, dtype=bool)) & ~state.prev_done
+            next_life = lives(info, cfg.num_envs)
+            life_lost = (next_life < state.life) & cfg.terminal_on_life_loss
+            learn_reward, discount = transition_targets(
+                reward, terminated, life_lost, cfg.clip_reward, cfg.gamma
+            )
+            live = np.flatnonzero(~state.prev_done)  # a step that only resets an environment stores nothing
+        with timer("add"):  # store (S_{t-1}, A_{t-1}, R_t, γ_t, S_t) (line 6)
             # PER: a new transition enters at the maximal priority, p_t = max_{i<t} p_i
-            replay.add_many(obs[live], actions[live], learn_reward[live], discount[live], next_obs[live],
-                            episode_end=(terminated | truncated)[live], streams=live)  # fmt: skip
-        t4 = time.perf_counter()
-        timing["act"] += t1 - t0
-        timing["env"] += (t2 - t1) + (t3 - t2)  # the step and its bookkeeping
-        timing["add"] += t4 - t3
-        returns += np.where(prev_done, 0.0, reward)
-        done = (terminated | truncated) & ~prev_done
-        for i in np.flatnonzero(done):
-            s["episode_returns"].append(float(returns[i]))
-            returns[i] = 0.0
-        prev_done, obs, life = done, next_obs, next_life
-        s["step"] += cfg.num_envs
+            replay.add_many(state.obs[live], actions[live], learn_reward[live], discount[live],
+                            next_obs[live], episode_end=done[live], streams=live)  # fmt: skip
+        state.end_episodes(reward, done)
+        state.prev_done, state.obs, state.life = done, next_obs, next_life
+        state.step += cfg.num_envs
         bar.update(cfg.num_envs)
 
-        if s["step"] >= max(cfg.learning_starts, s.get("refill_until", 0)):
-            if "learning_from" not in s:  # splits the loop's timings into acting and learning phases
-                s["learning_from"] = {"step": s["step"], "timing": dict(timing)}
-            s["due"] += cfg.num_envs
-            while s["due"] >= cfg.replay_period:  # one update per K agent steps (line 8)
-                learn()
-                s["due"] -= cfg.replay_period
-        if s["step"] >= s["next_target"]:  # from time to time θ_target ← θ (line 17)
+        if state.step >= max(cfg.learning_starts, state.refill_until):
+            timer.mark_learning(state.step)
+            state.due += cfg.num_envs
+            while state.due >= cfg.replay_period:  # one minibatch update per K agent steps (line 7)
+                if replay.sampler.alpha != alpha:
+                    replay.sampler.alpha = alpha  # PER: α annealed (dqn_rank: 0.5 → 0, Table 3)
+                replay.sampler.beta = beta  # PER: β annealed β0 → 1 over training (Sec. 3.4)
+                with timer("sample"):
+                    sample, draw = replay.sample(cfg.batch_size)  # PER: j ~ P(j) = p_j^α / Σ_i p_i^α (line 9)
+                with timer("learn"):  # PER: w_j = (N·P(j))^-β / max_i w_i (line 10), Δ += w_j δ_j ∇Q
+                    loss, td_abs = learn(q, q_target, optimizer, as_batch(sample, draw.weights, device), cfg)
+                    priorities = td_abs.cpu().numpy()
+                with timer("update_priorities"):
+                    replay.update_priorities(draw.indices, priorities)  # PER: p_j ← |δ_j| (line 12)
+                window.add(
+                    loss=float(loss),
+                    td_abs=float(priorities.mean()),  # PER: weight statistics
+                    weight_mean=float(draw.weights.mean()),
+                    weight_min=float(draw.weights.min()),
+                )
+                state.updates += 1
+                state.due -= cfg.replay_period
+        if state.step >= state.next_target:  # from time to time θ_target ← θ (line 17)
             q_target.load_state_dict(q.state_dict())
-            s["next_target"] += cfg.target_update_period
-        if s["step"] >= s["next_eval"]:
-            result = run_evaluation(s["next_eval"])
-            s["next_eval"] += cfg.eval_every
+            state.next_target += cfg.target_update_period
+        if state.step >= state.next_eval:
+            result = evaluator.select(q, state.next_eval)
+            state.next_eval += cfg.eval_every
             bar.set_postfix_str(f"eval {result.score:.1f}", refresh=False)
-        if s["step"] >= s["next_log"]:
-            now = time.perf_counter()
-            recent = s["episode_returns"][-20:]
-            metrics = {
-                "train/episode_return": float(np.mean(recent)) if recent else math.nan,
-                "train/episodes": float(len(s["episode_returns"])),
-                "train/epsilon": eps,
-                "per/beta": replay.sampler.beta,  # PER: logged β, weights and max priority
-                "per/max_priority": replay.sampler.max_priority,
-                "perf/steps_per_s": (s["step"] - steps_at_clock) / max(now - clock, 1e-9),
-                "replay/size": float(len(replay)),
-                "updates": float(s["updates"]),
-            }
-            for key, values in window.items():
-                metrics[("per/" if key.startswith("weight") else "train/") + key] = float(np.mean(values))
-            window.clear()
-            logger.log("metrics", s["step"], metrics)
-            clock, steps_at_clock = now, s["step"]
-            s["next_log"] += cfg.log_every
-        if s["next_checkpoint"] is not None and s["step"] >= s["next_checkpoint"]:
-            save_checkpoint()
-            s["next_checkpoint"] += cfg.checkpoint_every
+        if state.step >= state.next_log:
+            recent = state.episode_returns[-20:]
+            logger.log("metrics", state.step, {
+                "train/episode_return": float(np.mean(recent)) if recent else float("nan"),
+                "train/episodes": float(len(state.episode_returns)), "train/epsilon": epsilon,
+                "per/alpha": replay.sampler.alpha, "per/beta": replay.sampler.beta,  # PER: logged α, β,
+                "per/max_priority": replay.sampler.max_priority,  # PER: max priority and the weights' window
+                "perf/steps_per_s": rate(state.step), "replay/size": float(len(replay)),
+                "updates": float(state.updates), **window.drain(),
+            })  # fmt: skip
+            state.next_log += cfg.log_every
+        if state.next_checkpoint is not None and state.step >= state.next_checkpoint:
+            save_checkpoint(run_dir(cfg) / "checkpoint.pt", checkpoint(cfg, state, env, parts))
+            state.next_checkpoint += cfg.checkpoint_every  # type: ignore[operator]
     bar.close()
-    if stopped == "done" and (not s["eval_steps"] or s["eval_steps"][-1] < s["step"]):
-        run_evaluation(s["step"])
-    save_checkpoint()
+    return finish(cfg, state, env, parts, stopped, started, logger)
+
+
+# -- checkpoints and the end of a run ----------------------------------------------------------------
+
+
+def checkpoint(cfg: DDQNConfig, state: LoopState, env: Any, parts: dict[str, Any]) -> dict[str, Any]:
+    """Everything an exactly identical continuation needs (the memory only with checkpoint_memory)."""
+    try:
+        env_blob: bytes | None = cloudpickle.dumps(env)
+    except Exception:  # ALE's vector env holds C++ state: episodes in flight restart on resume
+        env_blob = None
+    return {
+        "config": asdict(cfg), "q": parts["q"].state_dict(), "q_target": parts["q_target"].state_dict(),
+        "optimizer": parts["optimizer"].state_dict(),
+        "replay": parts["replay"].state_dict(include_memory=cfg.checkpoint_memory),
+        "rng": parts["rng"].bit_generator.state, "evaluator": parts["evaluator"].state_dict(),
+        "torch_rng": torch.get_rng_state(), "loop": state, "env": env_blob,
+    }  # fmt: skip
+
+
+def resume(
+    cfg: DDQNConfig, ck: dict[str, Any] | None, env: Any, parts: dict[str, Any]
+) -> tuple[LoopState, Any]:
+    """The loop state (and environment) to start from: a fresh one, or the checkpoint's when
+    ``cfg.resume`` and one exists."""
+    if not cfg.resume or ck is None:
+        obs, info = seed_envs(env, cfg.seed)
+        n = cfg.num_envs
+        return LoopState(0, cfg.target_update_period, cfg.eval_every, cfg.log_every, cfg.checkpoint_every,
+                         obs, np.zeros(n, dtype=bool), lives(info, n), np.zeros(n)), env  # fmt: skip
+    for name in ("q", "q_target", "optimizer"):
+        parts[name].load_state_dict(ck[name])
+    state: LoopState = ck["loop"]
+    if "memory" in ck["replay"]:
+        parts["replay"].load_state_dict(ck["replay"])
+    else:  # memory not saved: refill it (learning_starts steps); α and β follow the step anyway
+        state.refill_until = state.step + cfg.learning_starts
+    parts["rng"].bit_generator.state = ck["rng"]
+    parts["evaluator"].load_state_dict(ck["evaluator"])
+    torch.set_rng_state(ck["torch_rng"])
+    if ck["env"] is not None:  # gymnasium environments pickle; ALE's vector env does not
+        env.close()
+        env = pickle.loads(ck["env"])
+    else:
+        state.obs, info = seed_envs(env, cfg.seed + 1000 * state.step)
+        state.prev_done, state.life = np.zeros(cfg.num_envs, dtype=bool), lives(info, cfg.num_envs)
+        state.returns = np.zeros(cfg.num_envs)
+    return state, env
+
+
+def finish(
+    cfg: DDQNConfig, state: LoopState, env: Any, parts: dict[str, Any], stopped: str, started: float,
+    logger: Logger,
+) -> RunResult:  # fmt: skip
+    """Last evaluation, the best policy re-evaluated on fresh episodes (App. B.2.3), the final
+    checkpoint and ``result.json``."""
+    evaluator: Evaluator = parts["evaluator"]
+    record = evaluator.record
+    if stopped == "done" and (not record.steps or record.steps[-1] < state.step):
+        evaluator.select(parts["q"], state.step)
+    save_checkpoint(run_dir(cfg) / "checkpoint.pt", checkpoint(cfg, state, env, parts))
+    best = evaluator.reevaluate_best(parts["q"]) if stopped != "stop_after" else None
     logger.close()
     env.close()
-    eval_env.close()
+    evaluator.env.close()
     wall = time.perf_counter() - started
+    best_score = record.best_score if record.best_step is not None else float("nan")
+    best_policy = best.score if best is not None else float("nan")
     result = RunResult(
-        config=asdict(cfg),
-        eval_steps=list(s["eval_steps"]),
-        eval_scores=list(s["eval_scores"]),
-        best_score=float(s["best_score"]),
-        steps=int(s["step"]),
-        updates=int(s["updates"]),
-        wall_s=wall,
-        steps_per_s=s["step"] / wall,
-        stopped=stopped,
-        timing_s=dict(timing),
-        learning_phase=(
-            {
-                "steps": s["step"] - s["learning_from"]["step"],
-                "updates": s["updates"],
-                "timing_s": {k: timing[k] - s["learning_from"]["timing"][k] for k in timing},
-            }
-            if "learning_from" in s
-            else None
-        ),
-        normalized_best=(
-            float(normalized_score(s["best_score"], scores["random"], scores["human"]))  # type: ignore[arg-type]
-            if scores is not None and math.isfinite(s["best_score"])
-            else None
-        ),
-    )
-    (run_dir / "result.json").write_text(json.dumps(asdict(result), indent=1) + "\n")
+        config=asdict(cfg), run_dir=str(run_dir(cfg)), eval_steps=list(record.steps),
+        eval_scores=list(record.scores), best_score=best_score, best_step=record.best_step,
+        best_policy_score=best_policy, best_policy_episodes=best.episodes if best is not None else 0,
+        normalized_best=finite_or_none(normalized_or_nan(best_policy, evaluator.scores)),
+        normalized_best_selecting=finite_or_none(normalized_or_nan(best_score, evaluator.scores)),
+        steps=state.step, updates=state.updates, wall_s=wall, steps_per_s=state.step / wall,
+        stopped=stopped, timing_s=dict(state.timer.totals),
+        learning_phase=state.timer.learning_phase(state.step, state.updates),
+    )  # fmt: skip
+    (run_dir(cfg) / "result.json").write_text(json.dumps(asdict(result), indent=1) + "\n")
     return result
 
 
-COMMANDS = ("train", "sweep", "plot")
+# -- command line ------------------------------------------------------------------------------------
+
+
+def parse_train(argv: list[str]) -> DDQNConfig:
+    """``train``'s options: ``--env`` and ``--arm`` pick the config files (:func:`config_files`),
+    loaded first; every other option then overrides them."""
+    picked = {"env": DDQNConfig.env, "arm": DDQNConfig.arm}
+    rest: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        name, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
+        if name in picked:
+            picked[name] = value if eq else next(args, "")
+            if name == "env":
+                rest += ["--env", picked["env"]]
+        else:
+            rest.append(arg)
+    with cli.reporting():
+        check_env(picked["env"])
+        files = config_files(picked["env"], picked["arm"])
+    preset = [item for path in files for item in ("--config", str(path))]
+    return cli.parse(DDQNConfig, [*preset, *rest], prog="python -m recipes.atari_ddqn train", epilog=EPILOG)
+
+
 EPILOG = (
-    "Commands: train (the default: one run, these options), sweep (every arm x seed of one environment; "
-    "python -m recipes.atari_ddqn sweep --help), plot (re-draw a sweep's PNG from its JSON)."
+    "--env and --arm load recipes/configs/atari_ddqn/<family>.yaml and arms/<arm>.yaml; other options "
+    "override them. Sweeps, plots and the weight ablation: python -m recipes.dqn_sweep --help."
 )
 
 
-def main(argv: list[str] | None = None) -> Any:
-    """``python -m recipes.atari_ddqn [train|sweep|plot] [options]``; ``--help`` lists the options."""
-    from recipes import dqn_sweep
-
+def main(argv: list[str] | None = None) -> RunResult:
+    """``python -m recipes.atari_ddqn [train] [options]``; ``--help`` lists the options."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    command = argv[0] if argv and argv[0] in COMMANDS else "train"
-    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
-        print(
-            f"error: the command should be one of {', '.join(COMMANDS)}, but got {argv[0]}", file=sys.stderr
-        )
+    if argv and argv[0] in ("sweep", "plot"):
+        print(f"error: {argv[0]} moved: python -m recipes.dqn_sweep {argv[0]} ...", file=sys.stderr)
         raise SystemExit(2)
-    args = argv[1:] if argv and argv[0] in COMMANDS else argv
-    classes: dict[str, Any] = {
-        "train": DDQNConfig,
-        "sweep": dqn_sweep.SweepConfig,
-        "plot": dqn_sweep.PlotConfig,
-    }
-    config = cli.parse(classes[command], args, prog=f"python -m recipes.atari_ddqn {command}", epilog=EPILOG)
-    if command == "train":
-        with cli.reporting():
-            resolve(config)
-        result = train(config)
-        print(json.dumps({k: v for k, v in asdict(result).items() if k != "config"}, indent=1))
-        return result
-    if command == "sweep":
-        with cli.reporting():
-            resolve(dqn_sweep.run_config(config, config.arms[0], config.seed))
-        return dqn_sweep.sweep(config)
-    return dqn_sweep.replot(config)
+    if argv and not argv[0].startswith("-") and argv[0] != "train":
+        print(f"error: the command should be train, but got {argv[0]}", file=sys.stderr)
+        raise SystemExit(2)
+    config = parse_train(argv[1:] if argv and argv[0] == "train" else argv)
+    result = train(config)
+    print(json.dumps({k: v for k, v in asdict(result).items() if k != "config"}, indent=1))
+    return result
 
 
 if __name__ == "__main__":

@@ -188,7 +188,7 @@ def lives(info: dict[str, Any], num_envs: int) -> npt.NDArray[np.int64]:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Result of one evaluation: the mean return of the episodes it completed."""
+    """Result of one evaluation: the mean return of the episodes it completed (NaN if none did)."""
 
     score: float
     episodes: int
@@ -213,7 +213,8 @@ def evaluate(
     ``ε``-greedy actions for at most ``max_steps`` agent steps in total (the paper: 500,000
     frames = 125,000 steps) or ``max_episodes`` completed episodes, and returns the mean
     undiscounted, unclipped return of the completed episodes.  When none completes within the
-    budget, the score is the mean return of the unfinished ones.
+    budget the score is NaN: the return of an unfinished episode is not a score (an untrained Pong
+    agent's first 500 steps used to count as a normalised score of 0.48).
     """
     obs, _ = seed_envs(env, seed)
     n = env.num_envs
@@ -233,7 +234,7 @@ def evaluate(
             returns.append(float(running[i]))
             running[i] = 0.0
         fresh = done
-    score = float(np.mean(returns[:max_episodes])) if returns else float(np.mean(running))
+    score = float(np.mean(returns[:max_episodes])) if returns else math.nan
     return Evaluation(score, len(returns), steps)
 
 

@@ -1,19 +1,30 @@
-"""Sweeps of the Double DQN recipe: many (arm, seed) runs in parallel processes, one JSON, PNG and table.
+"""Sweeps of the Double DQN recipe: many (arm, seed) runs in parallel processes, one JSON, PNGs and table.
 
-``python -m recipes.atari_ddqn sweep --env CartPole-v1 --seeds 5 --jobs 14`` runs every arm × seed
-of one environment and writes (``--out docs/results/cartpole`` for the committed results)
+``python -m recipes.dqn_sweep sweep --env CartPole-v1 --seeds 5 --jobs 14`` runs every arm × seed
+(× every point of ``--grid``) of one environment and writes (``--out docs/results/cartpole`` for
+the committed results)
 
-* ``<out>.json``: ``{arm: {"steps": [...], "returns": [[score per seed] per step], ...}}``, the
-  evaluation score of each seed at each evaluation (``null`` where a run stopped earlier);
-* ``<out>.png``: mean over seeds with the min–max band, one colour per arm, at the evaluations
-  every seed reached;
+* ``<out>.json``: ``{curve: {"steps": [...], "returns": [[score per seed] per step], ...,
+  "log_steps", "weight_mean"}}``, one curve per arm (per arm and grid point with ``--grid``): the
+  evaluation score of each seed at each evaluation (``null`` where a run stopped earlier or no
+  episode finished), and the mean importance weight ``per/weight_mean`` of each logged row;
+* ``<out>.png``: mean evaluation score over seeds with the min–max band, at the evaluations every
+  seed reached; ``<out>_weights.png``: the same for ``per/weight_mean``;
 * ``<out>.md``: the command, the machine, steps/s and wall time per run, a summary table.
 
-``python -m recipes.atari_ddqn plot --json <out>.json`` re-draws the PNG from the JSON.
+``python -m recipes.dqn_sweep plot --json <out>.json [--metric weight_mean]`` re-draws a PNG from
+the JSON.  This module imports the recipe (``recipes.atari_ddqn``); the recipe does not import it.
+
+The importance-weight ablation (issue 12) is a sweep with a grid::
+
+    python -m recipes.dqn_sweep sweep --env MinAtar/Breakout-v1 --arms proportional \\
+        --grid '{"priority_eps": [1e-6, 1e-3, 1e-2], "weight_norm": ["memory", "batch"]}' ...
 """
 
 from __future__ import annotations
 
+import csv
+import itertools
 import json
 import math
 import multiprocessing
@@ -28,26 +39,34 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from recipes import cli
-from recipes.atari_ddqn import ARMS, Arm, DDQNConfig, resolve, train
+from recipes.atari_ddqn import ARMS, PAPER_ARMS, DDQNConfig, config_files, train
 from recipes.dqn_envs import atari_rom, env_family, load_atari_scores, normalized_score
 
 
 @dataclass(frozen=True)
 class SweepConfig(DDQNConfig):
-    """A :class:`DDQNConfig` (every run's settings) plus the sweep's own fields."""
+    """A :class:`DDQNConfig` (every run's settings) plus the sweep's own fields.
 
-    arms: tuple[Arm, ...] = ARMS
-    """Arms to run, a comma list (``uniform,rank``)."""
+    A field left at :class:`DDQNConfig`'s default takes the value of the environment family's file,
+    then of each arm's file (``recipes/configs/atari_ddqn/``); a field set to another value wins
+    over both, for every arm."""
+
+    arms: tuple[str, ...] = PAPER_ARMS
+    """Arms to run, a comma list (``uniform,rank``; also dqn_uniform, dqn_rank)."""
     seeds: int = 3
     """Seeds per arm: seed, seed + 1, ..."""
     jobs: int = 1
     """Runs in parallel (one process each, one torch thread each)."""
     out: str = "runs/atari_ddqn/sweep"
-    """Output prefix: writes <out>.json, <out>.png and <out>.md (the committed results:
-    docs/results/<env>)."""
+    """Output prefix: writes <out>.json, <out>.png, <out>_weights.png and <out>.md (the committed
+    results: docs/results/<env>)."""
+    grid: dict[str, list[Any]] | None = None
+    """Every combination of these values per arm, as JSON: '{"priority_eps": [1e-6, 1e-2],
+    "weight_norm": ["memory", "batch"]}' (each combination is its own curve)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.arms, str):  # a comma list from Python code
@@ -55,6 +74,10 @@ class SweepConfig(DDQNConfig):
         super().__post_init__()
         cli.subset_of(self, "arms", ARMS)
         cli.at_least(self, 1, "seeds", "jobs")
+        names = {f.name for f in fields(DDQNConfig)} - {"env", "arm", "seed"}
+        for key, values in (self.grid or {}).items():
+            cli.require(key in names, "grid", "name options of a run (not env, arm, seed)", key)
+            cli.require(isinstance(values, list) and bool(values), "grid", "map options to lists", values)
 
 
 def arm_list(config: SweepConfig) -> list[str]:
@@ -62,11 +85,32 @@ def arm_list(config: SweepConfig) -> list[str]:
     return list(config.arms)
 
 
-def run_config(config: SweepConfig, arm: str, seed: int) -> DDQNConfig:
-    """The :class:`DDQNConfig` of one run of the sweep."""
-    base = {f.name: getattr(config, f.name) for f in fields(DDQNConfig)}
-    base.update(arm=arm, seed=seed, progress=False, run_name=None)
-    return DDQNConfig(**base)
+def grid_points(config: SweepConfig) -> list[dict[str, Any]]:
+    """Every combination of the grid's values (one empty point without a grid)."""
+    grid = config.grid or {}
+    return [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
+
+
+def label(arm: str, point: dict[str, Any]) -> str:
+    """A curve's name: the arm, then the grid point (``proportional priority_eps=0.01``)."""
+    return " ".join([arm, *(f"{k}={v}" for k, v in point.items())])
+
+
+def run_config(config: SweepConfig, arm: str, seed: int, point: dict[str, Any] | None = None) -> DDQNConfig:
+    """The :class:`DDQNConfig` of one run: the family's and the arm's files, then every field of
+    the sweep that differs from the default, then the grid point."""
+    default = DDQNConfig()
+    values: dict[str, Any] = {}
+    for path in config_files(config.env, arm):
+        values.update(yaml.safe_load(path.read_text()))
+    for f in fields(DDQNConfig):
+        if getattr(config, f.name) != getattr(default, f.name) or f.name not in values:
+            values[f.name] = getattr(config, f.name)
+    values.update(point or {})
+    name = label(arm, point or {}).replace(" ", "_")
+    values.update(arm=arm, seed=seed, progress=False, hidden=tuple(values["hidden"]),
+                  run_name=f"{config.env.replace('/', '_')}/{name}/seed{seed}")  # fmt: skip
+    return DDQNConfig(**values)
 
 
 @dataclass(frozen=True)
@@ -75,6 +119,8 @@ class PlotConfig:
 
     json: str
     """The sweep's JSON, e.g. docs/results/cartpole.json."""
+    metric: str = "returns"
+    """'returns' (evaluation scores; <json>.png) or 'weight_mean' (per/weight_mean; <json>_weights.png)."""
     out: str | None = None
     """PNG to write; default the JSON's path with .png."""
     title: str | None = None
@@ -84,9 +130,9 @@ class PlotConfig:
     (e.g. a sweep's log_dir copied from another machine)."""
 
 
-def _run(config: DDQNConfig) -> dict[str, Any]:
+def _run(config: DDQNConfig, name: str) -> dict[str, Any]:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    return asdict(train(config))
+    return {**asdict(train(config)), "label": name}
 
 
 def sweep(config: SweepConfig) -> dict[str, Any]:
@@ -96,7 +142,12 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
     left out, so a sweep cut short still leaves the curves of the runs that finished.
     """
     os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the workers before torch starts there
-    runs = [run_config(config, arm, config.seed + k) for arm in arm_list(config) for k in range(config.seeds)]
+    runs, names = [], []
+    for arm in arm_list(config):
+        for point in grid_points(config):
+            for k in range(config.seeds):
+                runs.append(run_config(config, arm, config.seed + k, point))
+                names.append(label(arm, point))
     out = Path(config.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -116,14 +167,14 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
     if config.jobs == 1:
         for i, run in enumerate(runs):
             try:
-                outcome: dict[str, Any] | BaseException = _run(run)
+                outcome: dict[str, Any] | BaseException = _run(run, names[i])
             except Exception as error:
                 outcome = error
             finish(i, outcome)
     else:
         context = multiprocessing.get_context("spawn")  # CUDA and torch threads need fresh processes
         with ProcessPoolExecutor(min(config.jobs, len(runs)), mp_context=context) as pool:
-            futures = {pool.submit(_run, run): i for i, run in enumerate(runs)}
+            futures = {pool.submit(_run, run, names[i]): i for i, run in enumerate(runs)}
             for future in as_completed(futures):
                 error = future.exception()
                 finish(futures[future], error if error is not None else future.result())
@@ -135,35 +186,60 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
     curves = collect(finished)
     out.with_suffix(".json").write_text(to_json(curves))
     plot(curves, out.with_suffix(".png"), title=config.env)
+    plot(curves, out.with_name(out.name + "_weights.png"), title=config.env, metric="weight_mean")
     write_markdown(config, finished, curves, wall, out.with_suffix(".md"))
     print(f"wrote {out}.json, {out}.png and {out}.md ({len(finished)} of {len(runs)} runs, {wall:.0f} s)")
     return curves
 
 
+def _name(result: dict[str, Any]) -> str:
+    return str(result.get("label", result["config"]["arm"]))
+
+
+def _weight_means(result: dict[str, Any]) -> dict[int, float]:
+    """``{step: per/weight_mean}`` from the run's ``metrics.csv`` (empty if it is gone)."""
+    path = Path(result.get("run_dir", "")) / "metrics.csv"
+    if "run_dir" not in result or not path.exists():
+        return {}
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    return {int(row["step"]): float(row["per/weight_mean"]) for row in rows if row.get("per/weight_mean")}
+
+
+def _finite(value: Any) -> Any:
+    return value if value is None or math.isfinite(value) else None
+
+
 def collect(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """``{arm: {"steps", "returns" (per step, per seed), "seeds", "best", "steps_reached", ...}}``."""
+    """``{curve: {"steps", "returns" (per step, per seed), "seeds", "best", "best_selecting",
+    "steps_reached", ..., "log_steps", "weight_mean" (per logged step, per seed)}}``; one curve per
+    arm, or per arm and grid point."""
     curves: dict[str, Any] = {}
-    for arm in ARMS:
-        mine = sorted((r for r in results if r["config"]["arm"] == arm), key=lambda r: r["config"]["seed"])
-        if not mine:
-            continue
+    names = sorted({_name(r) for r in results}, key=lambda n: (ARMS.index(n.split()[0]), n))
+    for name in names:
+        mine = sorted((r for r in results if _name(r) == name), key=lambda r: r["config"]["seed"])
         steps = sorted({s for r in mine for s in r["eval_steps"]})
         table = []
         for step in steps:
             row = []
             for r in mine:
                 at = dict(zip(r["eval_steps"], r["eval_scores"], strict=True))
-                row.append(at.get(step))
+                row.append(_finite(at.get(step)))
             table.append(row)
-        curves[arm] = {
+        weights = [_weight_means(r) for r in mine]
+        log_steps = sorted({s for w in weights for s in w})
+        curves[name] = {
             "steps": steps,
             "returns": table,
             "seeds": [r["config"]["seed"] for r in mine],
-            "best": [r["best_score"] for r in mine],
+            "best": [_finite(r.get("best_policy_score", r["best_score"])) for r in mine],
+            "best_selecting": [_finite(r["best_score"]) for r in mine],
             "steps_reached": [r["steps"] for r in mine],
             "steps_per_s": [round(r["steps_per_s"], 1) for r in mine],
             "wall_s": [round(r["wall_s"], 1) for r in mine],
             "stopped": [r["stopped"] for r in mine],
+            "log_steps": log_steps,
+            "weight_mean": [[w.get(s) for w in weights] for s in log_steps],
         }
     return curves
 
@@ -190,26 +266,33 @@ def curve_stats(returns: list[list[float | None]]) -> tuple[np.ndarray, np.ndarr
     return mean, low, high, count
 
 
-def plot(curves: dict[str, Any], path: Path, title: str) -> Path:
-    """Mean evaluation score over seeds with the min–max band, per arm."""
+def plot(curves: dict[str, Any], path: Path, title: str, metric: str = "returns") -> Path:
+    """Mean over seeds with the min–max band, per curve: the evaluation score (``returns``) or
+    the mean importance weight of the batches (``weight_mean``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    x_key = "steps" if metric == "returns" else "log_steps"
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for arm, data in curves.items():
-        if not data["steps"]:
+    for i, (name, data) in enumerate(curves.items()):
+        if not data.get(x_key):
             continue
-        color, label = STYLE.get(arm, ("gray", arm))
-        steps = np.asarray(data["steps"], dtype=np.float64)
-        mean, low, high, count = curve_stats(data["returns"])
-        seeds = len(data["returns"][0]) if data["returns"] else 0
+        color, shown = STYLE.get(name, (palette[i % len(palette)], name))
+        steps = np.asarray(data[x_key], dtype=np.float64)
+        mean, low, high, count = curve_stats(data[metric])
+        seeds = len(data["seeds"])
         every = count == seeds  # a point some seed did not reach (time budget) would bias the mean
-        ax.plot(steps[every], mean[every], color=color, lw=2, label=f"{label} ({seeds} seeds)")
+        ax.plot(steps[every], mean[every], color=color, lw=2, label=f"{shown} ({seeds} seeds)")
         ax.fill_between(steps[every], low[every], high[every], color=color, alpha=0.15, lw=0)
     ax.set_xlabel("agent steps")
-    ax.set_ylabel("evaluation score (mean, min–max over seeds)")
+    ax.set_ylabel(
+        "evaluation score (mean, min–max over seeds)"
+        if metric == "returns"
+        else "per/weight_mean: mean importance weight of the batches"
+    )
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="best")
@@ -228,8 +311,10 @@ def replot(config: PlotConfig) -> Path:
             raise ValueError(f"no result.json under runs={config.runs!r}")
         source.write_text(to_json(collect(results)))
     curves = json.loads(source.read_text())
-    out = Path(config.out) if config.out else source.with_suffix(".png")
-    plot(curves, out, title=config.title or source.stem)
+    cli.one_of(config, "metric", ("returns", "weight_mean"))
+    suffix = ".png" if config.metric == "returns" else "_weights.png"
+    out = Path(config.out) if config.out else source.with_name(source.stem + suffix)
+    plot(curves, out, title=config.title or source.stem, metric=config.metric)
     print(f"wrote {out}")
     return out
 
@@ -257,7 +342,7 @@ def _machine() -> str:
 
 def command_line(config: SweepConfig) -> str:
     """The command that reproduces the sweep: its non-default arguments."""
-    return cli.command_line("python -m recipes.atari_ddqn sweep", config, SweepConfig())
+    return cli.command_line("python -m recipes.dqn_sweep sweep", config, SweepConfig())
 
 
 def _fmt(values: list[float]) -> str:
@@ -276,12 +361,12 @@ def write_markdown(
     machine: str | None = None,
 ) -> None:
     """The sweep's record: command, machine, hyper-parameters, per-arm summary, per-run speed."""
-    resolved = asdict(resolve(run_config(config, arm_list(config)[0], config.seed)))
+    resolved = asdict(run_config(config, arm_list(config)[0], config.seed))
     scores = load_atari_scores().get(atari_rom(config.env)) if env_family(config.env) == "atari" else None
     lines = [
         f"# Double DQN replay arms on {config.env}",
         "",
-        "Written by `python -m recipes.atari_ddqn sweep` (`recipes/atari_ddqn.py`); setup, sources of every "
+        "Written by `python -m recipes.dqn_sweep sweep` (`recipes/atari_ddqn.py`); setup, sources of every "
         "hyper-parameter and discussion in `docs/recipes/atari_ddqn.md`.",
         "",
         f"- command: `{command_line(config)}`",
@@ -333,6 +418,33 @@ def write_markdown(
     path.write_text("\n".join(lines))
 
 
+COMMANDS = ("sweep", "plot")
+EPILOG = (
+    "Commands: sweep (every arm x seed [x grid point] of one environment; python -m recipes.dqn_sweep "
+    "sweep --help), plot (re-draw a sweep's PNG from its JSON). One run: python -m recipes.atari_ddqn train."
+)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """``python -m recipes.dqn_sweep sweep|plot [options]``; ``--help`` lists the options."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] not in COMMANDS:
+        if argv and argv[0] in ("-h", "--help"):
+            print(f"usage: python -m recipes.dqn_sweep {{sweep,plot}} [options]\n{EPILOG}")
+            raise SystemExit(0)
+        got = argv[0] if argv else "nothing"
+        print(f"error: the command should be one of {', '.join(COMMANDS)}, but got {got}", file=sys.stderr)
+        raise SystemExit(2)
+    prog = f"python -m recipes.dqn_sweep {argv[0]}"
+    if argv[0] == "sweep":
+        config = cli.parse(SweepConfig, argv[1:], prog=prog, epilog=EPILOG)
+        with cli.reporting():
+            for arm in config.arms:
+                for point in grid_points(config):
+                    run_config(config, arm, config.seed, point)  # refuse a bad run before any starts
+        return sweep(config)
+    return replot(cli.parse(PlotConfig, argv[1:], prog=prog, epilog=EPILOG))
+
+
 if __name__ == "__main__":
-    print("use: python -m recipes.atari_ddqn sweep|plot ...", file=sys.stderr)
-    raise SystemExit(2)
+    main()

@@ -16,14 +16,16 @@ from recipes.atari_ddqn import (
     DDQNConfig,
     DQNRMSprop,
     QNetwork,
+    Schedules,
     double_dqn_td_error,
+    dqn_td_error,
+    load_config,
     make_optimizer,
-    resolve,
     train,
     transition_targets,
     weighted_td_loss,
 )
-from recipes.dqn_envs import EnvSpec, atari_rom, load_atari_scores, normalized_score
+from recipes.dqn_envs import EnvSpec, atari_rom, evaluate, load_atari_scores, make_env, normalized_score
 
 torch.set_num_threads(1)
 
@@ -65,6 +67,21 @@ def test_double_dqn_target_is_algorithm_1_line_11() -> None:
     grad = online.values.grad.numpy()
     np.testing.assert_array_equal(grad, [[-1.0, -1.0], [0.0, 0.0], [-1.0, 0.0]])
     assert target.values.grad is None
+
+
+def test_dqn_target_is_the_target_networks_max() -> None:
+    """DQN (the paper's first experiment, Table 3): δ = R + γ_j max_a Q_target(S_j, a) − Q(S_{j−1}, A_{j−1});
+    on the same transitions as above it bootstraps from 10 where Double DQN takes 2."""
+    online = Table([[0.5, 1.5], [3.0, 1.0], [0.0, 4.0]])
+    target = Table([[9.0, 9.0], [2.0, 10.0], [-1.0, 7.0]])
+    f64 = torch.float64
+    args = (torch.tensor([0, 0, 2]), torch.tensor([1, 0, 0]), torch.tensor([1.0, -1.0, 0.5], dtype=f64),
+            torch.tensor([0.9, 0.0, 0.9], dtype=f64), torch.tensor([1, 1, 2]))  # fmt: skip
+    delta = dqn_td_error(online, target, *args)
+    expected = [1.0 + 0.9 * 10.0 - 1.5, -1.0 - 0.5, 0.5 + 0.9 * 7.0]
+    torch.testing.assert_close(delta, torch.tensor(expected, dtype=torch.float64))
+    double = double_dqn_td_error(online, target, *args)
+    assert float((delta[0] - double[0]).detach()) == pytest.approx(0.9 * (10.0 - 2.0))  # 10 vs 2
 
 
 def test_update_is_sum_of_weighted_clipped_td_errors() -> None:
@@ -127,23 +144,62 @@ def test_atari_score_table_is_complete() -> None:
 
 
 def test_presets_follow_the_paper() -> None:
-    """Atari defaults are the paper's; α, β0 per arm; η / 4 for the prioritized arms (Sec. 4)."""
-    atari = resolve(DDQNConfig(env="ALE/Breakout-v5", arm="proportional"))
+    """Atari defaults are the paper's; α, β0 per arm; η / 4 for the prioritized arms (Sec. 4).
+    The dataclass's defaults and atari.yaml + arms/proportional.yaml are the same config."""
+    atari = load_config("ALE/Pong-v5", "proportional")
+    assert atari == DDQNConfig()
     assert (atari.memory_size, atari.batch_size, atari.replay_period) == (1_000_000, 32, 4)
     assert (atari.alpha, atari.beta0, atari.beta_end) == (0.6, 0.4, 1.0)
     assert atari.clip_reward and atari.clip_td and atari.network == "nature_cnn"
-    rank = resolve(DDQNConfig(env="ALE/Breakout-v5", arm="rank"))
-    assert (rank.alpha, rank.beta0) == (0.7, 0.5)
-    uniform = resolve(DDQNConfig(env="ALE/Breakout-v5", arm="uniform"))
-    assert (uniform.alpha, uniform.beta0, uniform.beta_end) == (0.0, 0.0, 0.0)
+    # one unit, agent steps, for every schedule (the DQN release): replay start, target, ε, evaluation
+    assert (atari.learning_starts, atari.target_update_period, atari.eps_decay_steps) == (
+        50_000,
+        30_000,
+        10**6,
+    )
+    assert (atari.eval_every, atari.eval_steps, atari.total_steps) == (250_000, 125_000, 50_000_000)
+    rank = load_config("ALE/Breakout-v5", "rank")
+    assert (rank.replay, rank.alpha, rank.beta0) == ("rank", 0.7, 0.5)
+    uniform = load_config("ALE/Breakout-v5", "uniform")
+    assert (uniform.replay, uniform.alpha, uniform.beta0, uniform.beta_end) == ("uniform", 0.0, 0.0, 0.0)
     params = [nn.Parameter(torch.zeros(1))]
     assert make_optimizer(uniform, params).param_groups[0]["lr"] == 0.00025
     assert make_optimizer(rank, params).param_groups[0]["lr"] == 0.00025 / 4
-    assert resolve(DDQNConfig(env="CartPole-v1", lr=0.5)).lr == 0.5  # explicit values win
+    assert load_config("CartPole-v1", "rank", lr=0.5).lr == 0.5  # explicit values win
+    assert load_config("MinAtar/Breakout-v1", "rank").network == "minatar_cnn"
     with pytest.raises(ValueError, match="arm"):
-        DDQNConfig(arm="greedy")  # type: ignore[arg-type]
+        DDQNConfig(arm="greedy")
     with pytest.raises(ValueError, match="memory_size"):
-        resolve(DDQNConfig(env="CartPole-v1", memory_size=8))
+        load_config("CartPole-v1", "rank", memory_size=8)
+
+
+def test_dqn_rank_arm_follows_table_3() -> None:
+    """The paper's first experiment (Table 3, "DQN, rank-based"): DQN's max target, rank-based
+    replay, α annealed linearly 0.5 → 0 by the end of training, β = 0 throughout, η/4, ε = 0.05 in
+    evaluation; α and β count agent steps from the first update, like ε."""
+    cfg = load_config("ALE/Pong-v5", "dqn_rank", total_steps=1_050_000, learning_starts=50_000)
+    assert (cfg.algorithm, cfg.replay, cfg.eval_epsilon, cfg.lr_divisor) == ("dqn", "rank", 0.05, 4.0)
+    schedules = Schedules.of(cfg)
+    for t, alpha in ((0, 0.5), (50_000, 0.5), (550_000, 0.25), (1_050_000, 0.0), (2_000_000, 0.0)):
+        assert schedules.at(t)[1] == alpha and schedules.at(t)[2] == 0.0
+    assert schedules.at(302_000)[1] == 0.37  # α moves in steps of 0.01 (0.374 → 0.37)
+    eps = [schedules.at(t)[0] for t in (0, 50_000, 550_000, 1_050_000, 1_049_999 + 10**6)]
+    assert eps == pytest.approx([1.0, 1.0, 0.505, 0.01, 0.01])
+    rank = Schedules.of(load_config("ALE/Pong-v5", "rank", total_steps=1_050_000, learning_starts=50_000))
+    assert [rank.at(t)[1:] for t in (50_000, 550_000, 1_050_000)] == [(0.7, 0.5), (0.7, 0.75), (0.7, 1.0)]
+    assert load_config("ALE/Pong-v5", "dqn_uniform").algorithm == "dqn"
+
+
+def test_evaluation_without_a_finished_episode_scores_nan() -> None:
+    """Bug: an untrained Pong agent with --eval_steps 500 reported normalized_best 0.478, the
+    return of unfinished episodes; now no finished episode means no score."""
+    env, spec = make_env("CartPole-v1", 2)
+    q = QNetwork("mlp", spec, (8,), shared_bias=False)
+    rng = np.random.default_rng(0)
+    short = evaluate(q, env, epsilon=0.0, max_steps=4, max_episodes=10, rng=rng, device=torch.device("cpu"),
+                     seed=0)  # fmt: skip
+    assert short.episodes == 0 and math.isnan(short.score)
+    env.close()
 
 
 def test_dqn_rmsprop_step_matches_its_formula() -> None:
@@ -178,7 +234,8 @@ def _cartpole(tmp_path: Path, **overrides: object) -> DDQNConfig:
         log_every=100, log_dir=str(tmp_path), progress=False, tensorboard=False, checkpoint_memory=True,
     )  # fmt: skip
     settings.update(overrides)
-    return DDQNConfig(**settings)  # type: ignore[arg-type]
+    arm = str(settings.pop("arm"))
+    return load_config(str(settings.pop("env")), arm, **settings)
 
 
 @pytest.mark.parametrize(("arm", "n_step"), [("proportional", 1), ("rank", 1), ("proportional", 3)])
@@ -206,13 +263,25 @@ def test_resume_without_memory_refills_before_learning(tmp_path: Path) -> None:
     assert resumed.steps == 600 and resumed.updates - first.updates == (600 - 400) // 2 + 1
 
 
-def test_cartpole_smoke_writes_logs_and_keeps_best_policy(tmp_path: Path) -> None:
+def test_cartpole_smoke_writes_logs_and_reevaluates_the_best_policy(tmp_path: Path) -> None:
+    """The best policy is kept and re-evaluated on fresh episodes before it is reported
+    (App. B.2.3); the maximum of the selecting evaluations is recorded beside it."""
     result = train(_cartpole(tmp_path, arm="rank", run_name="smoke", tensorboard=True))
     run = tmp_path / "smoke"
     assert result.eval_steps == [300, 600] and len(result.eval_scores) == 2
     assert result.best_score == max(result.eval_scores) and (run / "best_q.pt").exists()
+    assert result.best_step == result.eval_steps[result.eval_scores.index(result.best_score)]
+    # the reported score is the kept network played again from other starts
+    env, spec = make_env("CartPole-v1", 2)
+    best = QNetwork("mlp", spec, (256, 256), shared_bias=False)
+    best.load_state_dict(torch.load(run / "best_q.pt"))
+    rng = np.random.default_rng([0, 3])
+    again = evaluate(best, env, epsilon=0.01, max_steps=300, max_episodes=2, rng=rng,
+                     device=torch.device("cpu"), seed=20_000)  # fmt: skip
+    assert result.best_policy_score == again.score and result.best_policy_episodes == again.episodes > 0
+    assert (run / "eval.csv").read_text().splitlines()[-1].startswith("best,")
     header, *rows = (run / "metrics.csv").read_text().splitlines()
-    assert "per/beta" in header and "per/max_priority" in header and len(rows) == 6
+    assert "per/beta" in header and "per/alpha" in header and "per/max_priority" in header and len(rows) == 6
     last = dict(zip(header.split(","), rows[-1].split(","), strict=True))
     assert 0.5 < float(last["per/beta"]) <= 1.0 and float(last["per/weight_mean"]) <= 1.0
     assert any(p.name.startswith("events") for p in (run / "tensorboard").iterdir())
@@ -221,27 +290,30 @@ def test_cartpole_smoke_writes_logs_and_keeps_best_policy(tmp_path: Path) -> Non
 
 def test_atari_pong_smoke(tmp_path: Path) -> None:
     """A few hundred steps of the full Atari agent: Nature CNN, frame stacks, life loss, evaluation."""
-    config = DDQNConfig(
-        env="ALE/Pong-v5", arm="proportional", total_steps=400, num_envs=2, memory_size=1_000,
+    config = load_config(
+        "ALE/Pong-v5", "dqn_rank", total_steps=400, num_envs=2, memory_size=1_000,
         learning_starts=320, eval_every=400, eval_steps=64, eval_envs=2, log_every=200,
         log_dir=str(tmp_path), progress=False, tensorboard=False, run_name="pong",
     )  # fmt: skip
     result = train(config)
     assert result.steps == 400 and result.updates == 20
-    assert result.eval_steps == [400] and result.normalized_best is not None
+    # 64 steps finish no Pong episode: no score, no normalised score (it used to report 0.478 here)
+    assert result.eval_steps == [400] and math.isnan(result.eval_scores[0])
+    assert result.normalized_best is None and result.normalized_best_selecting is None
+    assert math.isnan(result.best_policy_score) and result.best_step is None
     assert all(t >= 0 for t in result.timing_s.values())
 
 
 def test_minatar_smoke(tmp_path: Path) -> None:
     """MinAtar's boolean 10×10×C grids stored as uint8 and read by the MinAtar CNN."""
-    config = DDQNConfig(
-        env="MinAtar/Breakout-v1", arm="rank", total_steps=260, learning_starts=200, eval_every=260,
+    config = load_config(
+        "MinAtar/Breakout-v1", "rank", total_steps=260, learning_starts=200, eval_every=260,
         eval_steps=50, eval_envs=2, log_every=100, log_dir=str(tmp_path), progress=False,
         tensorboard=False, run_name="minatar",
     )  # fmt: skip
     result = train(config)
     assert result.steps == 260 and result.updates == 61 and result.eval_steps == [260]
-    assert resolve(config).network == "minatar_cnn"
+    assert config.network == "minatar_cnn"
 
 
 def test_time_budget_stops_cleanly_and_sweep_writes_json_and_png(tmp_path: Path) -> None:
@@ -250,8 +322,8 @@ def test_time_budget_stops_cleanly_and_sweep_writes_json_and_png(tmp_path: Path)
     out = tmp_path / "cartpole"
     config = SweepConfig(
         env="CartPole-v1", arms="uniform,rank", seeds=2, jobs=1, total_steps=400, learning_starts=100,
-        eval_every=200, eval_steps=100, eval_episodes=1, eval_envs=1, log_dir=str(tmp_path / "runs"),
-        tensorboard=False, out=str(out),
+        eval_every=200, eval_steps=100, eval_episodes=1, eval_envs=1, log_every=100,
+        log_dir=str(tmp_path / "runs"), tensorboard=False, out=str(out),
     )  # fmt: skip
     curves = sweep(config)
     data = json.loads(out.with_suffix(".json").read_text())
@@ -261,6 +333,7 @@ def test_time_budget_stops_cleanly_and_sweep_writes_json_and_png(tmp_path: Path)
     assert out.with_suffix(".png").stat().st_size > 0 and "| rank |" in out.with_suffix(".md").read_text()
     png = replot(PlotConfig(json=str(out.with_suffix(".json")), out=str(tmp_path / "again.png")))
     assert png.stat().st_size > 0
+    assert data["rank"]["best"] and len(data["rank"]["weight_mean"]) == len(data["rank"]["log_steps"]) > 0
     budget = train(_cartpole(tmp_path, run_name="budget", total_steps=10**6, time_budget_s=0.0))
     assert budget.stopped == "time_budget" and budget.steps == 0
     with pytest.raises(ValueError, match="env should be a Gymnasium id"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from recipes import cli
-from recipes.atari_ddqn import DDQNConfig, main, resolve
+from recipes.atari_ddqn import DDQNConfig, load_config, main
 from recipes.cliffwalk import CliffwalkConfig
 from recipes.dqn_sweep import PlotConfig, SweepConfig
 from recipes.imbalanced_mnist import CompareConfig
@@ -75,7 +75,7 @@ def test_bad_values_fail_up_front_naming_the_option(capsys: pytest.CaptureFixtur
 def test_total_steps_below_learning_starts_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
     """Bug: ``--total_steps`` below ``--learning_starts`` finished 'done' with 0 updates, silently."""
     with pytest.raises(cli.ConfigError, match="total_steps should be > learning_starts=1000"):
-        resolve(DDQNConfig(env="CartPole-v1", total_steps=500))
+        load_config("CartPole-v1", "proportional", total_steps=500)
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--env", "CartPole-v1", "--total_steps", "500", "--progress", "false"])
     assert exit_info.value.code == 2
@@ -89,7 +89,9 @@ def test_atari_ddqn_help_lists_the_options_and_errors_are_one_line() -> None:
     shown = run_module("recipes.atari_ddqn", "--help")
     assert shown.returncode == 0
     assert "--total_steps" in shown.stdout and "--learning_starts" in shown.stdout and "sweep" in shown.stdout
-    assert "--arms" in run_module("recipes.atari_ddqn", "sweep", "--help").stdout
+    assert "--arms" in run_module("recipes.dqn_sweep", "sweep", "--help").stdout
+    moved = run_module("recipes.atari_ddqn", "sweep", "--env", "CartPole-v1")
+    assert moved.returncode == 2 and "python -m recipes.dqn_sweep sweep" in moved.stderr
     failed = run_module("recipes.cliffwalk", "--step_size", "-1")
     assert failed.returncode == 2
     assert failed.stderr.strip() == "error: --step_size should lie in (0, 1], but got -1"
