@@ -44,9 +44,8 @@ def child(case: str, runs: int, locked: bool) -> None:
     for _ in range(runs):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            code = pytest.main(
-                ["tests/test_replay_threads.py", "-q", "-x", "-k", case, "-p", "no:cacheprovider", "--tb=line"]
-            )
+            args = ["-q", "-x", "-k", case, "-p", "no:cacheprovider", "--tb=line"]
+            code = pytest.main(["tests/test_replay_threads.py", *args])
         lines = [line for line in out.getvalue().splitlines() if "Error" in line]
         print("RESULT", int(code != 0), lines[0][-120:] if code and lines else "", flush=True)
 
