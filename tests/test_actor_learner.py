@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("gymnasium")
 
-from recipes.actor_learner import ActorLearnerConfig, main  # noqa: E402
-from recipes.cli import ConfigError  # noqa: E402
+from recipes.actor_learner import ActorLearnerConfig, main
+from recipes.cli import ConfigError
 
 
 @pytest.mark.parametrize("depth", [0, 2])
