@@ -12,13 +12,16 @@ One job per module:
     :class:`ReplayBatch`: the typed batch a read returns.
 ``prioritized``
     :class:`PrioritizedReplay`: a memory and a :class:`~prisample.PrioritizedSampler` over its
-    slots (Schaul et al. 2016, Algorithm 1), joined by the memory's public methods.
+    slots (Schaul et al. 2016, Algorithm 1), joined by the memory's public methods; thread-safe.
+``prefetch``
+    :class:`Prefetcher`: the next batches drawn and gathered in a background thread.
 """
 
 from prisample.replay._checks import warn_if_too_large as _warn_if_too_large
 from prisample.replay.batch import ReplayBatch
 from prisample.replay.frames import FramePool
 from prisample.replay.memory import STATE_VERSION, CheckedState, Inserted, ReplayMemory
+from prisample.replay.prefetch import Prefetcher
 from prisample.replay.prioritized import REPLAY_STATE_VERSION, PrioritizedReplay
 from prisample.vector_env import VectorStepConverter
 
@@ -28,6 +31,7 @@ __all__ = [
     "CheckedState",
     "FramePool",
     "Inserted",
+    "Prefetcher",
     "PrioritizedReplay",
     "ReplayBatch",
     "ReplayMemory",

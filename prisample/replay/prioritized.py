@@ -4,18 +4,23 @@ memory's public methods only (Schaul et al. 2016, Algorithm 1)."""
 from __future__ import annotations
 
 import numbers
+import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+import torch
 
-from prisample._validation import as_indices, as_priorities, check_positive_int
+from prisample._validation import as_indices, as_priorities, check_positive_int, to_numpy
 from prisample.replay._checks import as_state_array, check_keys
 from prisample.replay.batch import ReplayBatch
 from prisample.replay.memory import CheckedState, Inserted, ReplayMemory
 from prisample.sampler import Draw, PrioritizedSampler
 from prisample.weights import LinearSchedule, WeightNorm
+
+if TYPE_CHECKING:
+    from prisample.replay.prefetch import Prefetcher
 
 # PrioritizedReplay's state; 2 adds memory_head and memory_tail (the memory it was saved with).
 REPLAY_STATE_VERSION = 2
@@ -41,6 +46,12 @@ class PrioritizedReplay:
     recorded at the slot's most recent draw.  Without ``generations=``, a stale update that
     arrives after its slot was rewritten *and drawn again* cannot be told from a fresh one; pass
     ``generations=batch["generation"]`` when updates may lag behind later draws.
+
+    Thread-safe: every public method holds :attr:`lock` (the sampler's reentrant lock) for its
+    whole effect — the memory write with the sampler's removals and additions, the draw with the
+    gather and the draw record, the generation check with the priority update — so actor threads
+    may add while a learner samples and updates.  Hold ``replay.lock`` to make several calls one
+    step.  :meth:`prefetch` draws the next batches in a background thread.
 
     >>> import numpy as np
     >>> replay = PrioritizedReplay(4, (3,), obs_dtype=np.float32, alpha=1.0, beta=1.0, seed=0)
@@ -87,8 +98,15 @@ class PrioritizedReplay:
         self._drawn = np.full(self.memory.capacity, -1, dtype=np.int64)  # generation at last draw
         self.dropped_updates = 0
 
+    @property
+    def lock(self) -> threading.RLock:
+        """The reentrant lock every public method holds: the sampler's, so the memory and the
+        sampler change together (copies and unpickled replays get a fresh one with the sampler)."""
+        return self.sampler.lock
+
     def __len__(self) -> int:
-        return len(self.memory)
+        with self.lock:
+            return len(self.memory)
 
     @property
     def capacity(self) -> int:
@@ -97,7 +115,8 @@ class PrioritizedReplay:
     @property
     def nbytes(self) -> int:
         """Bytes held by the memory, the sampler and the draw record."""
-        return self.memory.nbytes + self.sampler.nbytes + self._drawn.nbytes
+        with self.lock:
+            return self.memory.nbytes + self.sampler.nbytes + self._drawn.nbytes
 
     def add(
         self,
@@ -112,9 +131,12 @@ class PrioritizedReplay:
     ) -> int:
         """Store a transition (see :meth:`ReplayMemory.add`); it enters at the maximum priority
         (under n-step: once its window is complete)."""
-        done = self.memory.insert(obs, action, reward, discount, next_obs, episode_end=episode_end,
-                                  stream=stream, **extras)  # fmt: skip
-        self._admit(done)
+        obs, next_obs, action = _host(obs, "obs"), _host(next_obs, "next_obs"), _host(action, "action")
+        extras = {name: _host(value, name) for name, value in extras.items()}
+        with self.lock:
+            done = self.memory.insert(obs, action, reward, discount, next_obs, episode_end=episode_end,
+                                      stream=stream, **extras)  # fmt: skip
+            self._admit(done)
         return int(done.slots[0])
 
     def add_many(
@@ -130,10 +152,14 @@ class PrioritizedReplay:
         **extras: npt.ArrayLike,
     ) -> IntArray:
         """:meth:`add` for ``n`` transitions at once (see :meth:`ReplayMemory.add_many`)."""
-        done = self.memory.insert_many(
-            obs, action, reward, discount, next_obs, episode_end=episode_end, streams=streams, **extras
-        )
-        self._admit(done)
+        obs, next_obs, action = _host(obs, "obs"), _host(next_obs, "next_obs"), _host(action, "action")
+        reward, discount = _host(reward, "reward"), _host(discount, "discount")
+        extras = {name: _host(value, name) for name, value in extras.items()}
+        with self.lock:
+            done = self.memory.insert_many(
+                obs, action, reward, discount, next_obs, episode_end=episode_end, streams=streams, **extras
+            )
+            self._admit(done)
         return done.slots
 
     def add_vector_step(
@@ -152,11 +178,14 @@ class PrioritizedReplay:
     ) -> IntArray:
         """Store one gymnasium vector-env step (see :meth:`ReplayMemory.add_vector_step`); the
         new transitions enter at the maximum priority (under n-step: once complete)."""
-        done = self.memory.insert_vector_step(
-            obs, action, reward, terminated, truncated, next_obs, infos, gamma=gamma,
-            autoreset_mode=autoreset_mode, **extras,
-        )  # fmt: skip
-        self._admit(done)
+        obs, next_obs, reward = _host(obs, "obs"), _host(next_obs, "next_obs"), _host(reward, "reward")
+        extras = {name: _host(value, name) for name, value in extras.items()}
+        with self.lock:
+            done = self.memory.insert_vector_step(
+                obs, action, reward, terminated, truncated, next_obs, infos, gamma=gamma,
+                autoreset_mode=autoreset_mode, **extras,
+            )  # fmt: skip
+            self._admit(done)
         return done.slots
 
     def _admit(self, done: Inserted) -> None:
@@ -188,20 +217,39 @@ class PrioritizedReplay:
         """Draw ``k`` live transitions: ``(batch, draw)`` with ``batch`` as :meth:`ReplayMemory.get`
         returns it and ``draw`` the slots, importance weights and probabilities (numpy, on the
         host).  ``batch.weights`` holds the weights too, as a float32 tensor on ``device`` when
-        the memory has one (numpy otherwise)."""
-        if self.sampler.size == 0 and len(self.memory):
-            raise ValueError(
-                f"no transition can be drawn yet: with n_step={self.memory.n_step} a transition is drawn "
-                "once its window is complete (n_step transitions later on its stream, or at the end of "
-                f"its episode), and none of the {len(self.memory)} stored is"
-            )
-        draw = self.sampler.sample(k)
-        batch = self.memory.get(draw.indices, weights=draw.weights)
-        generation = batch.generation
-        if not isinstance(generation, np.ndarray):  # on the device: read the host's copy
-            generation = self.memory.generations(draw.indices)
-        self._drawn[draw.indices] = generation
+        the memory has one (numpy otherwise).
+
+        Atomic under threads: no add lands between the draw and the gather, so every transition
+        in the batch is the one drawn (on a device, the gather is queued before any later write).
+        """
+        with self.lock:
+            if self.sampler.size == 0 and len(self.memory):
+                raise ValueError(
+                    f"no transition can be drawn yet: with n_step={self.memory.n_step} a transition is "
+                    "drawn once its window is complete (n_step transitions later on its stream, or at the "
+                    f"end of its episode), and none of the {len(self.memory)} stored is"
+                )
+            draw = self.sampler.sample(k)
+            batch = self.memory.get(draw.indices, weights=draw.weights)
+            generation = batch.generation
+            if not isinstance(generation, np.ndarray):  # on the device: read the host's copy
+                generation = self.memory.generations(draw.indices)
+            self._drawn[draw.indices] = generation
         return batch, draw
+
+    def prefetch(self, k: int, *, depth: int = 1, total: int | None = None) -> Prefetcher:
+        """Draw and gather the next batches of ``k`` in a background thread while the caller
+        trains: a :class:`~prisample.replay.prefetch.Prefetcher`, an iterator of ``(batch, draw)``
+        (use it as a context manager, or call ``close()``).
+
+        ``depth`` batches are drawn ahead of the one being trained on, so batch ``j`` is drawn
+        before the priority updates of batches ``j - depth .. j - 1`` land (``depth=0``: drawn in
+        ``next()``, exactly :meth:`sample`).  ``total`` stops after that many batches.  Pass
+        ``generations=batch.generation`` to :meth:`update_priorities`.
+        """
+        from prisample.replay.prefetch import Prefetcher
+
+        return Prefetcher(self, k, depth=depth, total=total)
 
     def update_priorities(
         self, indices: npt.ArrayLike, priorities: npt.ArrayLike, *, generations: npt.ArrayLike | None = None
@@ -213,34 +261,42 @@ class PrioritizedReplay:
         for the work that computed it); ``generations=batch.generation`` on the device likewise.  The number
         of dropped entries accumulates in :attr:`dropped_updates`.
         """
-        idx = as_indices(indices, "indices")
-        current = self.memory.live_generations(idx, "indices")
+        idx = as_indices(indices, "indices")  # converted (a CUDA tensor copied) before the lock
         values = as_priorities(priorities, idx.shape[0])
-        bad = ~((values >= 0.0) & (values < np.inf))
-        if bad.any():
-            j = int(np.argmax(bad))
-            raise ValueError(f"priorities should be finite and >= 0, but got priorities[{j}]={values[j]!r}")
-        if generations is None:
-            expected = self._drawn[idx]
-        else:
-            expected = as_indices(generations, "generations")
-            if expected.shape != idx.shape:
+        expected = None if generations is None else as_indices(generations, "generations")
+        with self.lock:
+            current = self.memory.live_generations(idx, "indices")
+            bad = ~((values >= 0.0) & (values < np.inf))
+            if bad.any():
+                j = int(np.argmax(bad))
+                raise ValueError(
+                    f"priorities should be finite and >= 0, but got priorities[{j}]={values[j]!r}"
+                )
+            if expected is None:
+                expected = self._drawn[idx]
+            elif expected.shape != idx.shape:
                 raise ValueError(
                     f"generations should have one value per index ({idx.shape[0]}), "
                     f"but got {expected.shape[0]}"
                 )
-        keep = (current == expected) & (current >= 0)
-        if keep.all():
-            self.sampler.update_priorities(idx, values)
-            return
-        self.dropped_updates += int(keep.shape[0] - np.count_nonzero(keep))
-        if keep.any():
-            self.sampler.update_priorities(idx[keep], values[keep])
+            keep = (current == expected) & (current >= 0)
+            if keep.all():
+                self.sampler.update_priorities(idx, values)
+                return
+            self.dropped_updates += int(keep.shape[0] - np.count_nonzero(keep))
+            if keep.any():
+                self.sampler.update_priorities(idx[keep], values[keep])
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self, include_memory: bool = False, *, copy: bool = True) -> dict[str, Any]:
         """Sampler state, draw record and the memory's counters, plus the memory's state when
-        ``include_memory`` (``copy`` as in :meth:`ReplayMemory.state_dict`)."""
+        ``include_memory`` (``copy`` as in :meth:`ReplayMemory.state_dict`): one consistent
+        snapshot under threads (with ``copy=False`` the memory's arrays are views that later adds
+        change)."""
+        with self.lock:
+            return self._state_dict(include_memory, copy=copy)
+
+    def _state_dict(self, include_memory: bool, *, copy: bool) -> dict[str, Any]:
         state: dict[str, Any] = {
             "version": REPLAY_STATE_VERSION,
             "sampler": self.sampler.state_dict(),
@@ -265,6 +321,10 @@ class PrioritizedReplay:
         """
         if not isinstance(state, dict):
             raise TypeError(f"state should be a dict from state_dict(), but got {type(state).__name__}")
+        with self.lock:  # checks and commit against one memory: no add may land in between
+            self._load_state_dict(state)
+
+    def _load_state_dict(self, state: dict[str, Any]) -> None:
         version = state.get("version")
         if type(version) is not int or version not in _LOADABLE_REPLAY_VERSIONS:
             raise ValueError(
@@ -331,3 +391,13 @@ class PrioritizedReplay:
             self.memory.commit_state(memory)
         self._drawn[:] = drawn
         self.dropped_updates = counts["dropped_updates"]
+
+
+def _host(value: Any, name: str) -> Any:
+    """A torch tensor as numpy (a CUDA tensor copied to the host), a dict's tensors likewise;
+    anything else unchanged.  Done before the lock is taken: the copy waits for the device."""
+    if isinstance(value, Mapping):
+        return {key: _host(item, f"{name}[{key!r}]") for key, item in value.items()}
+    if isinstance(value, torch.Tensor):
+        return to_numpy(value, name)
+    return value

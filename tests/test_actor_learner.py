@@ -1,0 +1,34 @@
+"""Smoke run of ``recipes/actor_learner.py`` with tiny arguments: actor threads and a prefetching
+learner on one replay, the JSON written, every thread ended."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("gymnasium")
+
+from recipes.actor_learner import ActorLearnerConfig, main
+from recipes.cli import ConfigError
+
+
+@pytest.mark.parametrize("depth", [0, 2])
+def test_actor_learner_smoke(tmp_path: Path, depth: int) -> None:
+    config = ActorLearnerConfig(
+        actors=2, envs_per_actor=2, updates=30, learning_starts=64, capacity=500, batch_size=16,
+        target_every=10, sync_every=5, prefetch_depth=depth, out_dir=str(tmp_path), progress=False,
+    )  # fmt: skip
+    results = main(config)
+    saved = json.loads((tmp_path / "actor_learner.json").read_text())
+    assert saved["learner_updates"] == 30 and saved["actor_steps"] >= 64
+    assert saved["actor_steps_per_s"] > 0 and saved["learner_updates_per_s"] > 0
+    assert results["beta_final"] == pytest.approx(1.0)
+    assert not [t for t in threading.enumerate() if t.name.startswith(("actor-", "prisample-prefetch"))]
+
+
+def test_actor_learner_config_is_checked() -> None:
+    with pytest.raises(ConfigError, match="learning_starts should be at most capacity"):
+        ActorLearnerConfig(capacity=10, learning_starts=20)
