@@ -803,8 +803,8 @@ class ReplayMemory:
         truncated: npt.ArrayLike,
         next_obs: Any,
         infos: Mapping[str, Any],
+        gamma: float = 0.99,
         *,
-        gamma: float,
         autoreset_mode: Any = None,
         **extras: npt.ArrayLike,
     ) -> IntArray:

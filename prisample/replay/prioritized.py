@@ -3,10 +3,11 @@ memory's public methods only (Schaul et al. 2016, Algorithm 1)."""
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -171,8 +172,8 @@ class PrioritizedReplay:
         truncated: npt.ArrayLike,
         next_obs: Any,
         infos: Mapping[str, Any],
+        gamma: float = 0.99,
         *,
-        gamma: float,
         autoreset_mode: Any = None,
         **extras: npt.ArrayLike,
     ) -> IntArray:
@@ -215,9 +216,9 @@ class PrioritizedReplay:
 
     def sample(self, k: int) -> tuple[ReplayBatch, Draw]:
         """Draw ``k`` live transitions: ``(batch, draw)`` with ``batch`` as :meth:`ReplayMemory.get`
-        returns it and ``draw`` the slots, importance weights and probabilities (numpy, on the
-        host).  ``batch.weights`` holds the weights too, as a float32 tensor on ``device`` when
-        the memory has one (numpy otherwise).
+        returns it and ``draw`` the slots, importance weights and probabilities.  With a
+        ``device`` the weights (``draw.weights`` and ``batch.weights``) are a float32 tensor there;
+        indices and probabilities stay numpy on the host (``update_priorities`` takes them).
 
         Atomic under threads: no add lands between the draw and the gather, so every transition
         in the batch is the one drawn (on a device, the gather is queued before any later write).
@@ -235,6 +236,8 @@ class PrioritizedReplay:
             if not isinstance(generation, np.ndarray):  # on the device: read the host's copy
                 generation = self.memory.generations(draw.indices)
             self._drawn[draw.indices] = generation
+        if self.memory.device is not None:  # the weights as the learner needs them: on its device
+            draw = dataclasses.replace(draw, weights=cast(Any, batch.weights))
         return batch, draw
 
     def prefetch(self, k: int, *, depth: int = 1, total: int | None = None) -> Prefetcher:
