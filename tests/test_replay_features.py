@@ -371,7 +371,7 @@ def test_n_step_state_round_trip_continues_exactly() -> None:
 def test_add_vector_step_takes_gamma_positionally_with_the_design_default() -> None:
     """The DESIGN.md signature ``add_vector_step(obs, action, reward, terminated, truncated,
     next_obs, infos, gamma=0.99)``: gamma may be passed positionally, and defaults to 0.99."""
-    replay = PrioritizedReplay(8, (1,), obs_dtype=np.float32, seed=0)
+    replay = PrioritizedReplay(8, (1,), obs_dtype=np.float32, num_streams=2, seed=0)
     obs = np.zeros((2, 1), np.float32)
     no = np.array([False, False])
     replay.add_vector_step(obs, np.array([0, 1]), np.array([1.0, 2.0]), no, no, obs + 1, {})
