@@ -970,14 +970,17 @@ class ReplayMemory:
         last = idx if nstep is None else nstep.last[idx]
         pool, stack = self.frame_pool, self.frame_stack
         rows: npt.NDArray[Any] | None = None
-        shared = False
+        shift = 0
         if pool is not None:
             obs_rows, next_rows = self._obs_rows[idx], self._next_rows[last]
-            # next_obs sharing all but its newest frame with obs: gather each frame once and
-            # return two overlapping views of the (k, frame_stack + 1, ...) result
-            shared = stack > 1 and nstep is None and np.array_equal(obs_rows[:, 1:], next_rows[:, :-1])
+            # next_obs sharing all but its newest `shift` frames with obs (1 for one step, n for
+            # n-step windows none of which ended early): gather each frame once and return two
+            # overlapping views of the (k, frame_stack + shift, ...) result
+            s = 1 if nstep is None else self.n_step
+            if 0 < s < stack and np.array_equal(obs_rows[:, s:], next_rows[:, :-s]):
+                shift = s
             rows = (
-                np.concatenate((obs_rows, next_rows[:, -1:]), axis=1) if shared
+                np.concatenate((obs_rows, next_rows[:, -shift:]), axis=1) if shift
                 else np.stack((obs_rows, next_rows), axis=1)  # (k, 2, stack)
             )  # fmt: skip
         storage = self._storage
@@ -1030,8 +1033,8 @@ class ReplayMemory:
                 pool.flush()
                 both = pool.storage.as_frames(pool.storage.gather_bytes(index[-1]), rows.shape)
         if pool is not None:
-            if shared:
-                obs, next_obs = both[:, :stack], both[:, 1:]
+            if shift:
+                obs, next_obs = both[:, :stack], both[:, shift:]
             else:
                 obs, next_obs = both[:, 0], both[:, 1]
                 if stack == 1:
