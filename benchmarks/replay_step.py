@@ -714,9 +714,10 @@ def verdict(results: dict[str, Any]) -> list[str]:
         "",
         "Why the misses, where there are: TorchRL's prioritized sampler is compiled C++ and, while its "
         "memmap fits in the page cache, its step is mostly the copy of 32 stored stacks; once the memmap "
-        "outgrows RAM (10^6) every sampled stack is a disk read.  An n-step window's `next_obs` is `n` "
-        "frames after its `obs`, so the two stacks share fewer frames than a one-step transition's "
-        "(which share all but one) and a batch gathers more bytes.  cpprb's frame sharing assumes one "
+        "outgrows RAM (10^6) every sampled stack is a disk read.  An n-step window's `next_obs` holds `n` "
+        "frames its `obs` lacks (a one-step transition's holds one), so a batch gathers `stack + n` "
+        "frames per transition instead of `stack + 1` (7 against 5 for n = 3), and each add also "
+        "pushes the transition into its stream's open windows.  cpprb's frame sharing assumes one "
         "stream, so its stacks are wrong with several environments (column `stacks exact`).",
     ]
     return lines
