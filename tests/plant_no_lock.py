@@ -1,9 +1,14 @@
-"""Planted bug for ``tests/test_threads.py``: every sampler's lock swapped for a no-op.
+"""Planted bug for the thread tests: a lock swapped for a no-op.
 
-Run from the repository root: ``python tests/plant_no_lock.py RUNS [CASE ...] [--locked]``.
-Each case (a ``-k`` expression) runs ``RUNS`` times in a child process, restarted after a crash
-(which counts as a failure); prints failures per case and the commonest messages.  ``--locked``
-keeps the lock: every run should pass.
+* ``sampler``: every sampler's lock (``tests/test_threads.py``);
+* ``replay``: ``PrioritizedReplay.lock`` only (``tests/test_replay_threads.py``): the sampler keeps
+  its own lock, so each sampler call stays atomic; what goes is the replay's composite step (memory
+  write + sampler add/remove, draw + gather + draw record, generation check + update).
+
+Run from the repository root: ``python tests/plant_no_lock.py {sampler,replay} RUNS [CASE ...]
+[--locked]``.  Each case (a ``-k`` expression) runs ``RUNS`` times in a child process, restarted
+after a crash (which counts as a failure); prints failures per case and the commonest messages.
+``--locked`` keeps the lock: every run should pass.
 """
 
 from __future__ import annotations
@@ -16,11 +21,20 @@ import subprocess
 import sys
 
 ROOT = os.getcwd()
-CASES = [
-    *(f"{b}-{c}" for b in ("proportional", "rank", "greedy", "uniform") for c in ("plain", "corrections")),
-    "ledger_iteration",
-    "two_threads",
-]
+TESTS = {"sampler": "tests/test_threads.py", "replay": "tests/test_replay_threads.py"}
+BACKENDS = ("proportional", "rank", "greedy", "uniform")
+CASES = {
+    "sampler": [
+        *(f"{b}-{c}" for b in BACKENDS for c in ("plain", "corrections")),
+        "ledger_iteration",
+        "two_threads",
+    ],
+    "replay": [
+        *(f"{b}-{n}-None" for b in BACKENDS for n in (1, 3)),
+        "proportional-3-cpu",
+        "prefetch_with_actors",
+    ],
+}
 
 
 class NoLock:
@@ -30,32 +44,42 @@ class NoLock:
     __exit__ = "".format
 
 
-def child(case: str, runs: int, locked: bool) -> None:
+def plant(target: str) -> None:
+    if target == "sampler":
+        import prisample.sampler as sampler_module
+
+        sampler_module._check_lock = lambda lock: NoLock()  # type: ignore[assignment,return-value]
+    else:
+        from prisample.replay import PrioritizedReplay
+
+        PrioritizedReplay.lock = property(lambda self: NoLock())  # type: ignore[assignment,method-assign]
+
+
+def child(target: str, case: str, runs: int, locked: bool) -> None:
     sys.path.insert(0, ROOT)
     import pytest
 
-    import prisample.sampler as sampler_module
-
     if not locked:
-        sampler_module._check_lock = lambda lock: NoLock()  # type: ignore[assignment,return-value]
+        plant(target)
     for _ in range(runs):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            code = pytest.main(
-                ["tests/test_threads.py", "-q", "-x", "-k", case, "-p", "no:cacheprovider", "--tb=line"]
-            )
+            args = ["-q", "-x", "-k", case, "-p", "no:cacheprovider", "--tb=line"]
+            code = pytest.main([TESTS[target], *args])
         lines = [line for line in out.getvalue().splitlines() if "Error" in line]
         print("RESULT", int(code != 0), lines[0][-120:] if code and lines else "", flush=True)
 
 
 def main() -> None:
-    runs, locked = int(sys.argv[1]), "--locked" in sys.argv
-    cases = [c for c in sys.argv[2:] if not c.startswith("--")] or CASES
+    target, runs, locked = sys.argv[1], int(sys.argv[2]), "--locked" in sys.argv
+    if target not in TESTS:
+        raise SystemExit(__doc__)
+    cases = [c for c in sys.argv[3:] if not c.startswith("--")] or CASES[target]
     for case in cases:
         fails, done, kinds = 0, 0, collections.Counter[str]()
         while done < runs:
             mode = "locked" if locked else "nolock"
-            argv = [sys.executable, __file__, "child", case, str(runs - done), mode]
+            argv = [sys.executable, __file__, "child", target, case, str(runs - done), mode]
             env = {**os.environ, "OMP_NUM_THREADS": "1"}
             proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
             for line in proc.stdout.splitlines():
@@ -74,6 +98,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "child":
-        child(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "locked")
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "locked")
     else:
         main()

@@ -7,7 +7,7 @@ as often as it can.  Every frame encodes ``(stream, episode, step)``, so a torn 
 one transition and ``next_obs``, action, reward or extras of another, or of a slot rewritten
 between the draw and the gather) is caught.  Afterwards the memory passes ``check_valid()`` and
 the sampler's filled slots are exactly the memory's drawable ones.  Without the replay's lock
-(``tests/plant_no_replay_lock.py``) the batches tear and the sampler loses track of the memory.
+(``tests/plant_no_lock.py replay``) the batches tear and the sampler loses track of the memory.
 
 Also the background prefetch (:class:`prisample.replay.Prefetcher`): same draws as ``sample``,
 clean shutdown, exceptions carried to the caller.
