@@ -333,6 +333,11 @@ class NStepAccumulator:
 
     # -- reads ----------------------------------------------------------------------------------
     @property
+    def nbytes(self) -> int:
+        """Bytes held in the accumulator's arrays (the pending queues and the per-slot results)."""
+        return sum(a.nbytes for a in self._arrays) + self._out.nbytes
+
+    @property
     def num_pending(self) -> int:
         """Transitions whose window is not complete yet (all streams)."""
         return int(self._ring[:, _COUNT].sum())

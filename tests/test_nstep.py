@@ -508,3 +508,11 @@ def test_copies_keep_their_result_views(clone: Any) -> None:
         twin.push(t, t, 0, 1.0, 0.5)
     assert (int(twin.last[0]), float(twin.reward[0]), int(twin.length[0])) == (2, 1.75, 3)
     assert float(twin.discount[0]) == 0.125 and not twin.reward.flags.writeable
+
+
+def test_nbytes_counts_the_held_arrays_without_copying_them() -> None:
+    """``ReplayMemory.nbytes`` used to copy the accumulator's whole state to count its bytes (and
+    counted the state's layout, not the arrays held): ``nbytes`` sums the arrays themselves."""
+    acc = NStepAccumulator(3, 2, 100)
+    held = [acc._queue, acc._sums, acc._ring, acc._track, acc._result, acc._out]
+    assert acc.nbytes == sum(a.nbytes for a in held)

@@ -476,7 +476,7 @@ class ReplayMemory:
             if self._storage.pool is not None:
                 total += self._storage.pool.nbytes
         if self._nstep is not None:
-            total += sum(a.nbytes for a in self._nstep.state_dict().values() if isinstance(a, np.ndarray))
+            total += self._nstep.nbytes
         return total
 
     # -- writes ---------------------------------------------------------------------------------
