@@ -42,6 +42,9 @@ from tqdm import tqdm
 
 from prisample import LinearSchedule, PrioritizedReplay
 from recipes import cli
+from recipes.atari_ddqn import double_dqn_td_error
+
+BATCH_FIELDS = ("obs", "action", "reward", "discount", "next_obs")  # double_dqn_td_error's order
 
 
 @dataclass(frozen=True)
@@ -172,19 +175,6 @@ def actor(i: int, config: ActorLearnerConfig, replay: PrioritizedReplay, weights
             stats.steps += 1
 
 
-def double_dqn_td(online: nn.Module, target: nn.Module, batch: Any) -> torch.Tensor:
-    """δ = r + γ^(n) Q_target(s', argmax_a Q_online(s', a)) − Q_online(s, a) (van Hasselt et al.
-    2016), with the n-step window's reward and discount from the replay."""
-    obs, next_obs = torch.as_tensor(batch.obs), torch.as_tensor(batch.next_obs)
-    action = torch.as_tensor(batch.action)
-    q = online(obs).gather(1, action[:, None]).squeeze(1)
-    with torch.no_grad():
-        best = online(next_obs).argmax(1, keepdim=True)
-        bootstrap = target(next_obs).gather(1, best).squeeze(1)
-        y = torch.as_tensor(batch.reward) + torch.as_tensor(batch.discount) * bootstrap
-    return y - q
-
-
 def main(config: ActorLearnerConfig | None = None) -> dict[str, Any]:
     """Run actors and learner; write ``actor_learner.json`` to ``config.out_dir``."""
     config = ActorLearnerConfig() if config is None else config
@@ -219,7 +209,9 @@ def main(config: ActorLearnerConfig | None = None) -> dict[str, Any]:
         with replay.prefetch(config.batch_size, depth=config.prefetch_depth, total=config.updates) as batches:
             bar = tqdm(batches, total=config.updates, disable=not config.progress, desc="learner updates")
             for update, (batch, draw) in enumerate(bar):
-                td = double_dqn_td(online, target, batch)
+                td = double_dqn_td_error(  # n-step reward and discount come from the replay
+                    online, target, *(torch.as_tensor(batch[key]) for key in BATCH_FIELDS)
+                )
                 # PER: importance weights (N·P(i))^-β / max w correct the prioritized draw's bias
                 huber = nn.functional.smooth_l1_loss(td, torch.zeros_like(td), reduction="none")
                 loss = (torch.as_tensor(draw.weights) * huber).mean()
