@@ -37,13 +37,20 @@ TITLE = "Recipe: Double DQN full loop on Pong (`recipes/atari_ddqn.py`)"
 DEFAULT_OUT = Path("runs") / "atari_loop.json"
 
 
-def measure(arm: str, acting_steps: int, updates: int, log_dir: str, device: str) -> dict[str, Any]:
-    """Timings of the acting and learning phases of one arm's run."""
+def measure(
+    arm: str,
+    acting_steps: int,
+    updates: int,
+    log_dir: str,
+    device: str,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Timings of the acting and learning phases of one arm's run (``overrides``: config fields)."""
     from recipes.atari_ddqn import load_config, train
 
     common: dict[str, Any] = dict(
         env="ALE/Pong-v5", arm=arm, eval_every=10**9, eval_steps=8, log_every=10**9, log_dir=log_dir,
-        progress=False, tensorboard=False, device=device, seed=0,
+        progress=False, tensorboard=False, device=device, seed=0, **(overrides or {}),
     )  # fmt: skip
     # compiles and loads the replay's kernels, so that the timed run measures steady state
     train(load_config(total_steps=64, learning_starts=32, run_name=f"{arm}-warmup", **common))
@@ -58,9 +65,11 @@ def measure(arm: str, acting_steps: int, updates: int, log_dir: str, device: str
     replay = phase["add"] + phase["sample"] + phase["update_priorities"]
     return {
         "arm": arm,
+        "overrides": overrides or {},
         "updates": done,
         "acting_steps_per_s": (run.steps - run.learning_phase["steps"]) / sum(acting.values()),
         "steps_per_s": run.learning_phase["steps"] / loop,
+        "wall_steps_per_s": run.learning_phase["steps"] / run.learning_phase["wall_s"],
         "update_ms": 1000 * phase["learn"] / done,
         "per_update_ms": {p: 1000 * phase[p] / done for p in PARTS},
         "replay_share_of_loop": replay / loop,
@@ -69,7 +78,14 @@ def measure(arm: str, acting_steps: int, updates: int, log_dir: str, device: str
     }
 
 
-def run(acting_steps: int, updates: int, arms: list[str], device: str, command: str) -> dict[str, Any]:
+def run(
+    acting_steps: int,
+    updates: int,
+    arms: list[str],
+    device: str,
+    command: str,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Every arm, one after the other, with the machine and versions they ran on."""
     from importlib import metadata
 
@@ -92,12 +108,13 @@ def run(acting_steps: int, updates: int, arms: list[str], device: str, command: 
             "arms": arms,
             "device": device,
             "device_name": "CPU" if device == "cpu" else torch.cuda.get_device_name(0),
+            "overrides": overrides or {},
         },
         "arms": [],
     }
     with tempfile.TemporaryDirectory() as log_dir:
         for arm in arms:
-            results["arms"].append(measure(arm, acting_steps, updates, log_dir, device))
+            results["arms"].append(measure(arm, acting_steps, updates, log_dir, device, overrides))
             print(results["arms"][-1], flush=True)
     results["elapsed_s"] = time.perf_counter() - started
     return results
@@ -151,6 +168,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--updates", type=int, default=200, help="updates timed per arm")
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a config field for every arm (YAML value), e.g. --set num_envs=16")  # fmt: skip
     parser.add_argument(
         "--out",
         type=Path,
@@ -163,7 +182,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if unknown or not arms:
         parser.error(f"--arms should be a comma-separated subset of {','.join(ARMS)}, but got {args.arms!r}")
     command = "python -m benchmarks.atari_loop " + " ".join(sys.argv[1:] if argv is None else argv)
-    results = run(args.acting_steps, args.updates, arms, args.device, command.strip())
+    import yaml
+
+    overrides = {}
+    for item in args.set:
+        name, eq, value = item.partition("=")
+        if not eq:
+            parser.error(f"--set should be FIELD=VALUE, but got {item!r}")
+        overrides[name] = yaml.safe_load(value)
+    results = run(args.acting_steps, args.updates, arms, args.device, command.strip(), overrides)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1, default=float) + "\n")
     print(f"wrote {args.out}")

@@ -38,6 +38,7 @@ import json
 import pickle
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -54,6 +55,7 @@ from recipes import cli
 from recipes.dqn_envs import (
     EnvBackend,
     EnvSpec,
+    SendRecv,
     atari_rom,
     check_env,
     env_family,
@@ -74,6 +76,7 @@ from recipes.dqn_parts import (
     normalized_or_nan,
     save_checkpoint,
 )
+from recipes.dqn_update import GraphedForward, LossFn, OptimizerStep
 
 CONFIG_DIR = Path(__file__).parent / "configs" / "atari_ddqn"
 ARMS: tuple[str, ...] = ("uniform", "proportional", "rank", "dqn_uniform", "dqn_rank")
@@ -93,6 +96,9 @@ class DDQNConfig:
 
     env: str = "ALE/Pong-v5"
     """Gymnasium id: ``ALE/<Game>-v5`` (Atari), ``MinAtar/<Game>-v1`` or e.g. ``CartPole-v1``."""
+    protocol: str | None = None
+    """A protocol file (recipes/configs/atari_ddqn/protocols/<protocol>.yaml) loaded between the
+    family's preset and the arm's file, e.g. 'atari100k'; None: the family's preset alone."""
     arm: str = "proportional"
     """The arm's name: on the command line it loads recipes/configs/atari_ddqn/arms/<arm>.yaml
     (uniform, proportional, rank, dqn_uniform, dqn_rank); names run directories and sweep curves."""
@@ -205,6 +211,16 @@ class DDQNConfig:
     """Show a progress bar with steps/s."""
     threads: int = 1
     """torch CPU threads."""
+    cuda_graph: bool = True
+    """On a CUDA device, capture the update as a CUDA graph and replay it (the same arithmetic as
+    the eager update, without launching its kernels one by one from Python)."""
+    overlap_env: bool = False
+    """Run the updates due at agent step t while the emulators compute step t (ALE's vector env
+    steps on its own threads between ``send`` and ``recv``): faster on a GPU, and a minibatch then
+    cannot hold the transitions of that step.  False: Algorithm 1's order (store, then learn)."""
+    replay_on_device: bool = True
+    """On a CUDA device, keep the replay memory's frames and columns there, so that a minibatch is
+    gathered on the GPU (prisample's ``device=`` path) instead of copied from the host."""
 
     def __post_init__(self) -> None:
         cli.one_of(self, "arm", ARMS)
@@ -236,25 +252,38 @@ class DDQNConfig:
         )
 
 
-
 def run_dir(cfg: DDQNConfig) -> Path:
     """``log_dir/run_name``, by default ``log_dir/<env>/<arm>/seed<seed>``."""
     return Path(cfg.log_dir) / (cfg.run_name or f"{cfg.env.replace('/', '_')}/{cfg.arm}/seed{cfg.seed}")
 
 
-def config_files(env: str, arm: str) -> list[Path]:
-    """The family's preset, then the arm's file: the config files behind ``--env env --arm arm``."""
+def protocols() -> list[str]:
+    """The protocol files under ``CONFIG_DIR/protocols`` (e.g. ``atari100k``)."""
+    return sorted(p.stem for p in (CONFIG_DIR / "protocols").glob("*.yaml"))
+
+
+def config_files(env: str, arm: str, protocol: str | None = None) -> list[Path]:
+    """The family's preset, the protocol's file if any, then the arm's file: the config files
+    behind ``--env env [--protocol protocol] --arm arm``."""
     if arm not in ARMS:
         raise cli.ConfigError("arm", f"be one of {', '.join(ARMS)}", arm)
-    return [CONFIG_DIR / f"{env_family(env)}.yaml", CONFIG_DIR / "arms" / f"{arm}.yaml"]
+    if protocol is not None and protocol not in protocols():
+        raise cli.ConfigError("protocol", f"be one of {', '.join(protocols())}", protocol)
+    files = [CONFIG_DIR / f"{env_family(env)}.yaml"]
+    if protocol is not None:
+        files.append(CONFIG_DIR / "protocols" / f"{protocol}.yaml")
+    return [*files, CONFIG_DIR / "arms" / f"{arm}.yaml"]
 
 
-def load_config(env: str = "ALE/Pong-v5", arm: str = "proportional", **overrides: Any) -> DDQNConfig:
-    """The config of ``env`` and ``arm`` from their files (:func:`config_files`), then ``overrides``."""
+def load_config(
+    env: str = "ALE/Pong-v5", arm: str = "proportional", protocol: str | None = None, **overrides: Any
+) -> DDQNConfig:
+    """The config of ``env``, ``protocol`` and ``arm`` from their files (:func:`config_files`),
+    then ``overrides``."""
     values: dict[str, Any] = {}
-    for path in config_files(env, arm):
+    for path in config_files(env, arm, protocol):
         values.update(yaml.safe_load(path.read_text()))
-    values.update(env=env, **overrides)
+    values.update(env=env, protocol=protocol, **overrides)
     values["hidden"] = tuple(values["hidden"])
     return DDQNConfig(**values)
 
@@ -331,9 +360,12 @@ class DQNRMSprop(torch.optim.Optimizer):
 
     ``g ← ρ g + (1−ρ) ∇``, ``n ← ρ n + (1−ρ) ∇²``, ``θ ← θ − η ∇ / sqrt(n − g² + ε)``: centred,
     with ``ε`` (the "min squared gradient", 0.01) inside the root, unlike ``torch.optim.RMSprop``.
+    A step is a fixed sequence of tensor operations, so it can be captured in a CUDA graph.
+    ``lr`` may be a tensor of one step size per agent for parameters stacked along their first
+    dimension (:class:`recipes.dqn_stacked.StackedQNetwork`).
     """
 
-    def __init__(self, params: Any, lr: float, decay: float = 0.95, eps: float = 0.01) -> None:
+    def __init__(self, params: Any, lr: float | torch.Tensor, decay: float = 0.95, eps: float = 0.01) -> None:
         super().__init__(params, dict(lr=lr, decay=decay, eps=eps))
 
     @torch.no_grad()
@@ -346,23 +378,32 @@ class DQNRMSprop(torch.optim.Optimizer):
                 if not state:
                     state["g"] = torch.zeros_like(p)
                     state["n"] = torch.zeros_like(p)
-                g, n, rho = state["g"], state["n"], group["decay"]
+                g, n, rho, lr = state["g"], state["n"], group["decay"], group["lr"]
                 g.mul_(rho).add_(p.grad, alpha=1 - rho)
                 n.mul_(rho).addcmul_(p.grad, p.grad, value=1 - rho)
-                p.addcdiv_(p.grad, (n - g * g + group["eps"]).sqrt_(), value=-group["lr"])
+                denominator = (n - g * g + group["eps"]).sqrt_()
+                if isinstance(lr, torch.Tensor):  # one η per agent along the first dimension
+                    p.sub_(lr.view(-1, *[1] * (p.dim() - 1)) * p.grad / denominator)
+                else:
+                    p.addcdiv_(p.grad, denominator, value=-lr)
 
 
-def make_optimizer(config: DDQNConfig, params: Any) -> torch.optim.Optimizer:
-    """The optimiser with step size η / lr_divisor."""
+def make_optimizer(config: DDQNConfig, params: Any, capturable: bool = False) -> torch.optim.Optimizer:
+    """The optimiser with step size η / lr_divisor (``capturable``: one a CUDA graph can replay)."""
     # PER: the prioritized arms step η / 4: they replay high-error transitions more often (Sec. 4).
     lr = config.lr / config.lr_divisor
     if config.optimizer == "dqn_rmsprop":
         return DQNRMSprop(params, lr, config.rmsprop_decay, config.rmsprop_eps)
     if config.optimizer == "rmsprop":
         return torch.optim.RMSprop(
-            params, lr=lr, alpha=config.rmsprop_decay, eps=config.rmsprop_eps, centered=True
+            params,
+            lr=lr,
+            alpha=config.rmsprop_decay,
+            eps=config.rmsprop_eps,
+            centered=True,
+            capturable=capturable,
         )
-    return torch.optim.Adam(params, lr=lr)
+    return torch.optim.Adam(params, lr=lr, capturable=capturable)
 
 
 # -- the update of Algorithm 1 -----------------------------------------------------------------------
@@ -385,10 +426,10 @@ def double_dqn_td_error(
     online network and its value from the target network (Double Q-learning, van Hasselt et al.
     2016); only ``Q(S_{j−1}, A_{j−1})`` carries a gradient.
     """
-    q_taken = q(obs).gather(1, action.long().view(-1, 1)).squeeze(1)
+    q_taken = q(obs).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
-        greedy = q(next_obs).argmax(dim=1, keepdim=True)
-        bootstrap = q_target(next_obs).gather(1, greedy).squeeze(1)
+        greedy = q(next_obs).argmax(dim=-1, keepdim=True)
+        bootstrap = q_target(next_obs).gather(-1, greedy).squeeze(-1)
         target = reward + discount * bootstrap
     return target - q_taken
 
@@ -404,9 +445,9 @@ def dqn_td_error(
 ) -> torch.Tensor:
     """``δ_j = R_j + γ_j max_a Q_target(S_j, a) − Q(S_{j−1}, A_{j−1})`` (DQN, Mnih et al. 2015):
     the target network both picks and values the action (the paper's DQN arms, Table 3)."""
-    q_taken = q(obs).gather(1, action.long().view(-1, 1)).squeeze(1)
+    q_taken = q(obs).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
-        target = reward + discount * q_target(next_obs).max(dim=1).values
+        target = reward + discount * q_target(next_obs).max(dim=-1).values
     return target - q_taken
 
 
@@ -433,19 +474,29 @@ def as_batch(sample: Any, weights: Any, device: torch.device) -> Batch:
                  put(weights))  # fmt: skip
 
 
-def learn(
-    q: nn.Module, q_target: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, cfg: DDQNConfig
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step ``θ ← θ + η Σ_j w_j δ_j ∇θ Q(S_{j−1}, A_{j−1})`` (Algorithm 1, lines 11-15); returns
-    the loss and the new priorities ``|δ_j|`` (clipped as the update clips them), on the device."""
+def td_loss(q: nn.Module, q_target: nn.Module, cfg: DDQNConfig) -> LossFn:
+    """``batch -> (loss, |δ|)`` for :class:`~recipes.dqn_update.OptimizerStep`: the loss whose
+    gradient step is ``θ ← θ + η Σ_j w_j δ_j ∇θ Q(S_{j−1}, A_{j−1})`` (Algorithm 1, lines 11-15),
+    and the new priorities ``|δ_j|`` (clipped as the update clips them)."""
     td_error = double_dqn_td_error if cfg.algorithm == "double_dqn" else dqn_td_error
-    delta = td_error(q, q_target, batch.obs, batch.action, batch.reward, batch.discount, batch.next_obs)
-    loss = weighted_td_loss(delta, batch.weights, cfg.clip_td, cfg.loss_reduction)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-    delta = delta.detach()
-    return loss.detach(), (delta.clamp(-1.0, 1.0) if cfg.clip_td else delta).abs()
+
+    def loss_and_priorities(batch: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        obs, action, reward, discount, next_obs, weights = batch
+        delta = td_error(q, q_target, obs, action, reward, discount, next_obs)
+        loss = weighted_td_loss(delta, weights, cfg.clip_td, cfg.loss_reduction)
+        delta = delta.detach()
+        return loss, (delta.clamp(-1.0, 1.0) if cfg.clip_td else delta).abs()
+
+    return loss_and_priorities
+
+
+def make_learner(
+    q: nn.Module, q_target: nn.Module, optimizer: torch.optim.Optimizer, cfg: DDQNConfig, device: torch.device
+) -> OptimizerStep:
+    """The update as one call ``learner(batch) -> (loss, |δ|)``: captured as a CUDA graph on a
+    CUDA device when ``cfg.cuda_graph``, eager otherwise (the same arithmetic)."""
+    graph = cfg.cuda_graph and device.type == "cuda"
+    return OptimizerStep(td_loss(q, q_target, cfg), list(q.parameters()), optimizer, graph=graph)
 
 
 def weighted_td_loss(
@@ -455,6 +506,8 @@ def weighted_td_loss(
 
     With ``clip_td`` the per-item loss is the Huber loss (quadratic for |δ| ≤ 1, linear beyond),
     whose derivative in ``Q`` is ``−clip(δ, −1, 1)``; without it ``δ²/2``.  ``"mean"`` divides by k.
+    ``delta`` is ``(k,)``, or ``(agents, k)`` for stacked agents: the sum of their losses, each of
+    which reaches only its own agent's parameters.
     """
     magnitude = delta.abs()
     if clip_td:
@@ -462,7 +515,19 @@ def weighted_td_loss(
     else:
         per_item = 0.5 * delta**2
     total = (weights * per_item).sum()
-    return total / delta.shape[0] if reduction == "mean" else total
+    return total / delta.shape[-1] if reduction == "mean" else total
+
+
+def to_host(
+    td_abs: torch.Tensor, loss: torch.Tensor, weights: torch.Tensor
+) -> tuple[np.ndarray, dict[str, float]]:
+    """The new priorities as a host array and the update's statistics, in one device-to-host copy
+    (one synchronisation per update, not one per number)."""
+    summary = torch.stack([loss, weights.mean(), weights.min()]).to(td_abs.dtype)
+    host = torch.cat([td_abs, summary]).cpu().numpy()
+    priorities, (loss_value, weight_mean, weight_min) = host[:-3], host[-3:]
+    return priorities, dict(loss=float(loss_value), td_abs=float(priorities.mean()),
+                            weight_mean=float(weight_mean), weight_min=float(weight_min))  # fmt: skip
 
 
 # -- schedules and loop state ------------------------------------------------------------------------
@@ -535,8 +600,14 @@ class LoopState:
             self.returns[i] = 0.0
 
 
-def act(q: nn.Module, obs: np.ndarray, epsilon: float, rng: np.random.Generator, num_actions: int,
-        device: torch.device) -> np.ndarray:  # fmt: skip
+def act(
+    q: Callable[[torch.Tensor], torch.Tensor],
+    obs: np.ndarray,
+    epsilon: float,
+    rng: np.random.Generator,
+    num_actions: int,
+    device: torch.device,
+) -> np.ndarray:
     """ε-greedy actions, one per environment (Algorithm 1, line 4); no network call while ε = 1."""
     n = obs.shape[0]
     if epsilon >= 1.0:
@@ -576,7 +647,9 @@ def train(cfg: DDQNConfig) -> RunResult:
         torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest convolutions once
     q = QNetwork(cfg.network, spec, cfg.hidden, cfg.shared_bias).to(device)  # Q with random θ
     q_target = copy.deepcopy(q)
-    optimizer = make_optimizer(cfg, q.parameters())
+    graph = cfg.cuda_graph and device.type == "cuda"
+    optimizer = make_optimizer(cfg, q.parameters(), capturable=graph)
+    learner = make_learner(q, q_target, optimizer, cfg, device)
     schedules = Schedules.of(cfg)
     # PER: the memory is a PrioritizedReplay whatever the arm; 'uniform' is α = 0, β = 0 (line 1).
     replay = PrioritizedReplay(
@@ -584,6 +657,7 @@ def train(cfg: DDQNConfig) -> RunResult:
         frame_stack=spec.frame_stack, obs_dtype=spec.obs_dtype, num_streams=cfg.num_envs,
         n_step=cfg.n_step, alpha=cfg.alpha, beta=cfg.beta0, eps=cfg.priority_eps,
         weight_norm=cfg.weight_norm, backend=cfg.replay, seed=cfg.seed,
+        device=device if cfg.replay_on_device and device.type == "cuda" else None,
     )  # fmt: skip
     rng = np.random.default_rng([cfg.seed, 1])
     logger = Logger(run_dir(cfg), cfg.tensorboard, resume=cfg.resume)
@@ -598,6 +672,31 @@ def train(cfg: DDQNConfig) -> RunResult:
     timer, window, rate = state.timer, state.window, StepRate(state.step)
     bar = tqdm(total=cfg.total_steps, initial=state.step, desc=f"{cfg.env} {cfg.arm}", unit="step",
                disable=not cfg.progress, dynamic_ncols=True, smoothing=0.05)  # fmt: skip
+    forward = GraphedForward(q, graph=graph)  # acting's Q(S_t, ·), a CUDA graph on a GPU
+    stepper = SendRecv(env)
+
+    def update_due(step: int, alpha: float, beta: float) -> None:
+        """Lines 7-15 once learning started: one minibatch update per K agent steps up to ``step``."""
+        if step < max(cfg.learning_starts, state.refill_until):
+            return
+        timer.mark_learning(step)
+        state.due += cfg.num_envs
+        while state.due >= cfg.replay_period:  # one minibatch update per K agent steps (line 7)
+            if replay.sampler.alpha != alpha:
+                replay.sampler.alpha = alpha  # PER: α annealed (dqn_rank: 0.5 → 0, Table 3)
+            replay.sampler.beta = beta  # PER: β annealed β0 → 1 over training (Sec. 3.4)
+            with timer("sample"):
+                sample, draw = replay.sample(cfg.batch_size)  # PER: j ~ P(j) = p_j^α / Σ_i p_i^α (line 9)
+            with timer("learn"):  # PER: w_j = (N·P(j))^-β / max_i w_i (line 10), Δ += w_j δ_j ∇Q
+                batch = as_batch(sample, draw.weights, device)
+                loss, td_abs = learner(batch)
+                priorities, stats = to_host(td_abs, loss, batch.weights)
+            with timer("update_priorities"):
+                replay.update_priorities(draw.indices, priorities)  # PER: p_j ← |δ_j| (line 12)
+            window.add(**stats)  # PER: the loss, mean |δ| and the weights' mean and minimum
+            state.updates += 1
+            state.due -= cfg.replay_period
+
     stopped = "done"
     while state.step < cfg.total_steps:
         if cfg.stop_after is not None and state.step >= cfg.stop_after:
@@ -608,9 +707,12 @@ def train(cfg: DDQNConfig) -> RunResult:
             break
         epsilon, alpha, beta = schedules.at(state.step)
         with timer("act"):  # A_t ~ ε-greedy(Q(S_t, ·)) in every environment (line 4)
-            actions = act(q, state.obs, epsilon, rng, spec.num_actions, device)
+            actions = act(forward, state.obs, epsilon, rng, spec.num_actions, device)
+        stepper.send(actions.astype(np.int64))
+        if cfg.overlap_env:  # the updates of this step run while the emulators compute it
+            update_due(state.step + cfg.num_envs, alpha, beta)
         with timer("env"):  # observe S_t, R_t, γ_t (line 5)
-            next_obs, reward, terminated, truncated, info = env.step(actions.astype(np.int64))
+            next_obs, reward, terminated, truncated, info = stepper.recv()
             reward, terminated = np.asarray(reward, dtype=np.float64), np.asarray(terminated, dtype=bool)
             done = (terminated | np.asarray(truncated, dtype=bool)) & ~state.prev_done
             next_life = lives(info, cfg.num_envs)
@@ -627,29 +729,8 @@ def train(cfg: DDQNConfig) -> RunResult:
         state.prev_done, state.obs, state.life = done, next_obs, next_life
         state.step += cfg.num_envs
         bar.update(cfg.num_envs)
-
-        if state.step >= max(cfg.learning_starts, state.refill_until):
-            timer.mark_learning(state.step)
-            state.due += cfg.num_envs
-            while state.due >= cfg.replay_period:  # one minibatch update per K agent steps (line 7)
-                if replay.sampler.alpha != alpha:
-                    replay.sampler.alpha = alpha  # PER: α annealed (dqn_rank: 0.5 → 0, Table 3)
-                replay.sampler.beta = beta  # PER: β annealed β0 → 1 over training (Sec. 3.4)
-                with timer("sample"):
-                    sample, draw = replay.sample(cfg.batch_size)  # PER: j ~ P(j) = p_j^α / Σ_i p_i^α (line 9)
-                with timer("learn"):  # PER: w_j = (N·P(j))^-β / max_i w_i (line 10), Δ += w_j δ_j ∇Q
-                    loss, td_abs = learn(q, q_target, optimizer, as_batch(sample, draw.weights, device), cfg)
-                    priorities = td_abs.cpu().numpy()
-                with timer("update_priorities"):
-                    replay.update_priorities(draw.indices, priorities)  # PER: p_j ← |δ_j| (line 12)
-                window.add(
-                    loss=float(loss),
-                    td_abs=float(priorities.mean()),  # PER: weight statistics
-                    weight_mean=float(draw.weights.mean()),
-                    weight_min=float(draw.weights.min()),
-                )
-                state.updates += 1
-                state.due -= cfg.replay_period
+        if not cfg.overlap_env:
+            update_due(state.step, alpha, beta)
         if state.step >= state.next_target:  # from time to time θ_target ← θ (line 17)
             q_target.load_state_dict(q.state_dict())
             state.next_target += cfg.target_update_period
@@ -729,6 +810,7 @@ def finish(
 ) -> RunResult:  # fmt: skip
     """Last evaluation, the best policy re-evaluated on fresh episodes (App. B.2.3), the final
     checkpoint and ``result.json``."""
+    learning = state.timer.learning_phase(state.step, state.updates)  # before the final evaluation
     evaluator: Evaluator = parts["evaluator"]
     record = evaluator.record
     if stopped == "done" and (not record.steps or record.steps[-1] < state.step):
@@ -749,7 +831,7 @@ def finish(
         normalized_best_selecting=finite_or_none(normalized_or_nan(best_score, evaluator.scores)),
         steps=state.step, updates=state.updates, wall_s=wall, steps_per_s=state.step / wall,
         stopped=stopped, timing_s=dict(state.timer.totals),
-        learning_phase=state.timer.learning_phase(state.step, state.updates),
+        learning_phase=learning,
     )  # fmt: skip
     (run_dir(cfg) / "result.json").write_text(json.dumps(asdict(result), indent=1) + "\n")
     return result
@@ -759,28 +841,29 @@ def finish(
 
 
 def parse_train(argv: list[str]) -> DDQNConfig:
-    """``train``'s options: ``--env`` and ``--arm`` pick the config files (:func:`config_files`),
-    loaded first; every other option then overrides them."""
-    picked = {"env": DDQNConfig.env, "arm": DDQNConfig.arm}
+    """``train``'s options: ``--env``, ``--protocol`` and ``--arm`` pick the config files
+    (:func:`config_files`), loaded first; every other option then overrides them."""
+    picked: dict[str, str] = {"env": DDQNConfig.env, "arm": DDQNConfig.arm, "protocol": ""}
     rest: list[str] = []
     args = iter(argv)
     for arg in args:
         name, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
         if name in picked:
             picked[name] = value if eq else next(args, "")
-            if name == "env":
-                rest += ["--env", picked["env"]]
+            if name in ("env", "protocol"):
+                rest += [f"--{name}", picked[name]]
         else:
             rest.append(arg)
     with cli.reporting():
         check_env(picked["env"])
-        files = config_files(picked["env"], picked["arm"])
+        files = config_files(picked["env"], picked["arm"], picked["protocol"] or None)
     preset = [item for path in files for item in ("--config", str(path))]
     return cli.parse(DDQNConfig, [*preset, *rest], prog="python -m recipes.atari_ddqn train", epilog=EPILOG)
 
 
 EPILOG = (
-    "--env and --arm load recipes/configs/atari_ddqn/<family>.yaml and arms/<arm>.yaml; other options "
+    "--env, --protocol and --arm load recipes/configs/atari_ddqn/<family>.yaml, protocols/<protocol>.yaml "
+    "and arms/<arm>.yaml; other options "
     "override them. Sweeps, plots and the weight ablation: python -m recipes.dqn_sweep --help."
 )
 

@@ -170,6 +170,28 @@ def _gymnasium_atari(env_id: str, noop_max: int, max_episode_frames: int) -> gym
     return gym.wrappers.FrameStackObservation(env, 4)
 
 
+class SendRecv:
+    """``send(actions)`` / ``recv()`` over a vector environment: ALE's own (the emulators run on
+    their threads in between), or a plain ``step`` at ``recv`` for other vector environments."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.native = hasattr(env, "send") and hasattr(env, "recv")
+        self._actions: np.ndarray | None = None
+
+    def send(self, actions: np.ndarray) -> None:
+        if self.native:
+            self.env.send(actions)
+        else:
+            self._actions = actions
+
+    def recv(self) -> tuple[Any, ...]:
+        if self.native:
+            return tuple(self.env.recv())
+        assert self._actions is not None
+        return tuple(self.env.step(self._actions))
+
+
 def seed_envs(env: gym.vector.VectorEnv, seed: int) -> tuple[np.ndarray, dict[str, Any]]:
     """Reset every sub-environment, seeding them ``seed, seed + 1, ...``."""
     return env.reset(seed=seed)

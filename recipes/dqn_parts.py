@@ -51,10 +51,11 @@ class Timer:
 
     def mark_learning(self, step: int) -> None:
         if self.learning_from is None:
-            self.learning_from = {"step": step, "totals": dict(self.totals)}
+            self.learning_from = {"step": step, "totals": dict(self.totals), "clock": time.perf_counter()}
 
     def learning_phase(self, step: int, updates: int) -> dict[str, Any] | None:
-        """``{"steps", "updates", "timing_s"}`` since the first update (None before it)."""
+        """``{"steps", "updates", "timing_s", "wall_s"}`` since the first update (None before it);
+        ``wall_s`` is the wall-clock time since then, the loop's untimed work included."""
         if self.learning_from is None:
             return None
         since = self.learning_from["totals"]
@@ -62,6 +63,7 @@ class Timer:
             "steps": step - self.learning_from["step"],
             "updates": updates,
             "timing_s": {k: self.totals[k] - since[k] for k in self.totals},
+            "wall_s": time.perf_counter() - self.learning_from.get("clock", time.perf_counter()),
         }
 
 

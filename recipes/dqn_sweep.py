@@ -101,7 +101,7 @@ def run_config(config: SweepConfig, arm: str, seed: int, point: dict[str, Any] |
     the sweep that differs from the default, then the grid point."""
     default = DDQNConfig()
     values: dict[str, Any] = {}
-    for path in config_files(config.env, arm):
+    for path in config_files(config.env, arm, config.protocol):
         values.update(yaml.safe_load(path.read_text()))
     for f in fields(DDQNConfig):
         if getattr(config, f.name) != getattr(default, f.name) or f.name not in values:
