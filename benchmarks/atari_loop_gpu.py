@@ -1,0 +1,92 @@
+"""The Double DQN loop on a GPU against CleanRL's ``dqn_atari.py``, in one run (issue 12's target).
+
+Both run Pong with the paper's Atari settings: Nature CNN, memory capacity 10^6, minibatch 32,
+one update per 4 agent steps, timed over their learning phase while ε is still ≈ 1.
+
+* ours: ``benchmarks.atari_loop`` for every arm with the GPU settings of the recipe: the update
+  and the acting forward captured as CUDA graphs, the replay's frames on the GPU, 16 environments
+  on 8 ALE threads, their emulation overlapped with the updates (``overlap_env``).  Agent steps/s
+  are wall-clock over the learning phase; the replay share is ``replay.add + replay.sample +
+  update_priorities`` over the sum of the timed parts;
+* CleanRL (``benchmarks.cleanrl_dqn``): its source with only the gymnasium 1.x renames, its
+  agent steps/s from its own log.
+
+Writes ``{"device", "arms": {arm: {"agent_steps_per_s", "replay_share", ...}},
+"cleanrl_agent_steps_per_s", ...}``; the committed copy is ``docs/results/atari_loop_gpu.json``::
+
+    python -m benchmarks.atari_loop_gpu --out docs/results/atari_loop_gpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+GPU_SETTINGS: dict[str, Any] = {"num_envs": 16, "env_threads": 8, "overlap_env": True, "cuda_graph": True,
+                                "replay_on_device": True}  # fmt: skip
+"""The recipe's options for a GPU (every other value: the Atari preset and the arm's file)."""
+TARGET_STEPS_PER_S = 3000.0
+TARGET_REPLAY_SHARE = 0.15
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from benchmarks import atari_loop, cleanrl_dqn
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--arms", default="uniform,proportional,rank")
+    parser.add_argument("--acting_steps", type=int, default=4000)
+    parser.add_argument("--updates", type=int, default=3000)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--cleanrl_source", type=Path, default=Path(".peer/cleanrl/dqn_atari.py"))
+    parser.add_argument("--cleanrl_seconds", type=float, default=45.0)
+    parser.add_argument("--cleanrl_learning_starts", type=int, default=5000)
+    parser.add_argument("--cleanrl_buffer_size", type=int, default=1_000_000)
+    parser.add_argument("--out", type=Path, default=Path("runs/atari_loop_gpu.json"))
+    parser.add_argument("--loop_out", type=Path, default=None, help="also write atari_loop's full JSON here")
+    parser.add_argument("--cleanrl_out", type=Path, default=None, help="also write CleanRL's full JSON here")
+    args = parser.parse_args(argv)
+    command = "python -m benchmarks.atari_loop_gpu " + " ".join(sys.argv[1:] if argv is None else argv)
+    started = time.perf_counter()
+    arms = [a for a in args.arms.split(",") if a]
+    loop = atari_loop.run(args.acting_steps, args.updates, arms, args.device, command, dict(GPU_SETTINGS))
+    if args.loop_out is not None:
+        args.loop_out.write_text(json.dumps(loop, indent=1, default=float) + "\n")
+    result: dict[str, Any] = {
+        "device": loop["config"]["device_name"], "command": command, "settings": GPU_SETTINGS,
+        "targets": {"agent_steps_per_s": TARGET_STEPS_PER_S, "replay_share": TARGET_REPLAY_SHARE},
+        "arms": {}, "machine": loop["machine"],
+    }  # fmt: skip
+    for r in loop["arms"]:
+        result["arms"][r["arm"]] = {
+            "agent_steps_per_s": r["wall_steps_per_s"], "timed_parts_steps_per_s": r["steps_per_s"],
+            "replay_share": r["replay_share_of_loop"], "update_ms": r["update_ms"],
+            "per_update_ms": r["per_update_ms"], "updates": r["updates"],
+        }  # fmt: skip
+    print(json.dumps(result["arms"], indent=1), flush=True)
+    try:
+        cleanrl = cleanrl_dqn.run(args.cleanrl_source, seconds=args.cleanrl_seconds, device=args.device,
+                                  learning_starts=args.cleanrl_learning_starts,
+                                  buffer_size=args.cleanrl_buffer_size)  # fmt: skip
+    except Exception as error:  # the loop's numbers stand without CleanRL's
+        cleanrl = {"error": repr(error)}
+    if args.cleanrl_out is not None:
+        args.cleanrl_out.write_text(json.dumps(cleanrl, indent=1, default=float) + "\n")
+    rate = cleanrl.get("agent_steps_per_s_learning")
+    result["cleanrl_agent_steps_per_s"] = rate
+    result["cleanrl"] = {k: v for k, v in cleanrl.items() if k not in ("stdout_tail",)}
+    if rate:
+        for entry in result["arms"].values():
+            entry["over_cleanrl"] = entry["agent_steps_per_s"] / rate
+    result["elapsed_s"] = time.perf_counter() - started
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
+    print(f"wrote {args.out}: CleanRL {rate}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Every GPU measurement of the Atari recipe, as one command for a lent GPU machine (issue 12).
+#
+#   bash benchmarks/gpu_session.sh smoke   # ~3 min: GPU tests, update timings, short loop and sweep probes
+#   bash benchmarks/gpu_session.sh final   # ~9 min: loop benchmark vs CleanRL, the Atari sweep
+#
+# Needs the git-ignored .whl/ (gymnasium, ale-py, tyro, ... for Python 3.12) and .peer/cleanrl/
+# (CleanRL's dqn_atari.py, see benchmarks/cleanrl_dqn.py) carried along; writes under $OUT.
+set -u
+stage=${1:-smoke}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "wheel install failed"; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+nproc
+log() { echo "=== $(date +%T) $*"; }
+
+if [ "$stage" = smoke ]; then
+  log tests
+  timeout 120 python3 -m pytest tests/test_dqn_update.py -q -p no:cacheprovider -x 2>&1 | tail -5 | tee "$OUT/gpu_tests.txt"
+  log update timings
+  timeout 90 python3 -m benchmarks.gpu_update --block 20 --repeats 5 --out "$OUT/gpu_update.json" 2>&1 | tail -2
+  log loop 16 envs overlap
+  timeout 120 python3 -m benchmarks.atari_loop --device cuda --arms proportional --acting_steps 2000 --updates 1500 \
+    --set num_envs=16 --set env_threads=8 --set overlap_env=true --out "$OUT/loop_probe.json" 2>&1 | tail -3
+  log together probe
+  timeout 150 python3 -m recipes.dqn_together --env ALE/Breakout-v5 --arms uniform,proportional,rank --seeds 3 \
+    --protocol atari100k --progress 0 --set device=cuda --set env_threads=4 --set total_steps=5600 \
+    --set eval_envs=2 --set eval_steps=3000 --out "$OUT/together_probe.json" 2>&1 | tail -3
+  log done
+  exit 0
+fi
+
+if [ "$stage" = final ]; then
+  log loop benchmark, every arm
+  timeout 200 python3 -m benchmarks.atari_loop_gpu --out "$OUT/atari_loop_gpu.json" --loop_out "$OUT/atari_loop_cuda.json" \
+    --cleanrl_out "$OUT/cleanrl_dqn.json" 2>&1 | tail -8
+  log sweep
+  timeout 330 python3 -m recipes.atari_sweep --games ALE/Pong-v5,ALE/Breakout-v5,ALE/Boxing-v5 \
+    --arms uniform,proportional,rank --seeds 3 --protocol atari100k --device cuda --set env_threads=4 \
+    --out "$OUT/atari_sweep.json" 2>&1 | grep -v "^start" | tail -8
+  log done
+fi
