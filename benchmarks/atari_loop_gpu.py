@@ -5,7 +5,8 @@ one update per 4 agent steps, timed over their learning phase while ε is still 
 
 * ours: ``benchmarks.atari_loop`` for every arm with the GPU settings of the recipe: the update
   and the acting forward captured as CUDA graphs, the replay's frames on the GPU, 16 environments
-  on 8 ALE threads, their emulation overlapped with the updates (``overlap_env``).  Agent steps/s
+  on 8 ALE threads, their emulation overlapped with the updates (``overlap_env``), each update's
+  priorities written after the next minibatch is drawn (``defer_priorities``).  Agent steps/s
   are wall-clock over the learning phase; the replay share is ``replay.add + replay.sample +
   update_priorities`` over the sum of the timed parts;
 * CleanRL (``benchmarks.cleanrl_dqn``): its source with only the gymnasium 1.x renames, its
@@ -26,8 +27,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-GPU_SETTINGS: dict[str, Any] = {"num_envs": 16, "env_threads": 8, "overlap_env": True, "cuda_graph": True,
-                                "replay_on_device": True}  # fmt: skip
+GPU_SETTINGS: dict[str, Any] = {
+    "num_envs": 16,
+    "env_threads": 8,
+    "overlap_env": True,
+    "defer_priorities": True,
+    "cuda_graph": True,
+    "replay_on_device": True,
+}
 """The recipe's options for a GPU (every other value: the Atari preset and the arm's file)."""
 TARGET_STEPS_PER_S = 3000.0
 TARGET_REPLAY_SHARE = 0.15

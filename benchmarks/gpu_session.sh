@@ -34,12 +34,14 @@ if [ "$stage" = smoke ]; then
 fi
 
 if [ "$stage" = final ]; then
-  log loop benchmark, every arm
+  log GPU tests
+  timeout 90 python3 -m pytest tests/test_dqn_update.py -k cuda -q -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests.txt"
+  log loop benchmark, every arm, and CleanRL
   timeout 200 python3 -m benchmarks.atari_loop_gpu --out "$OUT/atari_loop_gpu.json" --loop_out "$OUT/atari_loop_cuda.json" \
-    --cleanrl_out "$OUT/cleanrl_dqn.json" 2>&1 | tail -8
+    --cleanrl_out "$OUT/cleanrl_dqn.json" 2>&1 | grep -v "^ " | tail -6
   log sweep
-  timeout 330 python3 -m recipes.atari_sweep --games ALE/Pong-v5,ALE/Breakout-v5,ALE/Boxing-v5 \
+  timeout 420 python3 -m recipes.atari_sweep --games ALE/Pong-v5,ALE/Breakout-v5,ALE/Boxing-v5 \
     --arms uniform,proportional,rank --seeds 3 --protocol atari100k --device cuda --set env_threads=4 \
-    --out "$OUT/atari_sweep.json" 2>&1 | grep -v "^start" | tail -8
+    --set time_budget_s=${SWEEP_TRAIN_S:-300} --out "$OUT/atari_sweep.json" 2>&1 | grep -v "^start" | tail -8
   log done
 fi

@@ -76,7 +76,7 @@ from recipes.dqn_parts import (
     normalized_or_nan,
     save_checkpoint,
 )
-from recipes.dqn_update import GraphedForward, LossFn, OptimizerStep
+from recipes.dqn_update import GraphedForward, HostCopy, LossFn, OptimizerStep, Pending
 
 CONFIG_DIR = Path(__file__).parent / "configs" / "atari_ddqn"
 ARMS: tuple[str, ...] = ("uniform", "proportional", "rank", "dqn_uniform", "dqn_rank")
@@ -214,6 +214,9 @@ class DDQNConfig:
     cuda_graph: bool = True
     """On a CUDA device, capture the update as a CUDA graph and replay it (the same arithmetic as
     the eager update, without launching its kernels one by one from Python)."""
+    defer_priorities: bool = False
+    """Write an update's new priorities after the next update's minibatch is drawn, so that the CPU
+    draws while the GPU computes (priorities arrive one update late); False: Algorithm 1's order."""
     overlap_env: bool = False
     """Run the updates due at agent step t while the emulators compute step t (ALE's vector env
     steps on its own threads between ``send`` and ``recv``): faster on a GPU, and a minibatch then
@@ -518,18 +521,6 @@ def weighted_td_loss(
     return total / delta.shape[-1] if reduction == "mean" else total
 
 
-def to_host(
-    td_abs: torch.Tensor, loss: torch.Tensor, weights: torch.Tensor
-) -> tuple[np.ndarray, dict[str, float]]:
-    """The new priorities as a host array and the update's statistics, in one device-to-host copy
-    (one synchronisation per update, not one per number)."""
-    summary = torch.stack([loss, weights.mean(), weights.min()]).to(td_abs.dtype)
-    host = torch.cat([td_abs, summary]).cpu().numpy()
-    priorities, (loss_value, weight_mean, weight_min) = host[:-3], host[-3:]
-    return priorities, dict(loss=float(loss_value), td_abs=float(priorities.mean()),
-                            weight_mean=float(weight_mean), weight_min=float(weight_min))  # fmt: skip
-
-
 # -- schedules and loop state ------------------------------------------------------------------------
 
 
@@ -645,6 +636,7 @@ def train(cfg: DDQNConfig) -> RunResult:
     env, spec = make_env(cfg.env, cfg.num_envs, **options)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest convolutions once
+        torch.backends.cuda.matmul.allow_tf32 = True  # as cuDNN's convolutions: TF32 matrix products
     q = QNetwork(cfg.network, spec, cfg.hidden, cfg.shared_bias).to(device)  # Q with random θ
     q_target = copy.deepcopy(q)
     graph = cfg.cuda_graph and device.type == "cuda"
@@ -675,6 +667,21 @@ def train(cfg: DDQNConfig) -> RunResult:
     forward = GraphedForward(q, graph=graph)  # acting's Q(S_t, ·), a CUDA graph on a GPU
     stepper = SendRecv(env)
 
+    copier = HostCopy(device)
+    pending: list[tuple[np.ndarray, Pending]] = []  # updates whose new priorities are not written yet
+
+    def write_priorities(keep: int) -> None:
+        """p_j ← |δ_j| for the updates in flight but the last ``keep`` (line 12)."""
+        while len(pending) > keep:
+            indices, values = pending.pop(0)
+            with timer("learn"):  # waits for the GPU
+                host = values.wait()
+            with timer("update_priorities"):
+                replay.update_priorities(indices, host[:-3])  # PER: p_j ← |δ_j| (line 12)
+            # PER: the loss, mean |δ|, and the weights' mean and minimum
+            window.add(loss=float(host[-3]), td_abs=float(host[:-3].mean()), weight_mean=float(host[-2]),
+                       weight_min=float(host[-1]))  # fmt: skip
+
     def update_due(step: int, alpha: float, beta: float) -> None:
         """Lines 7-15 once learning started: one minibatch update per K agent steps up to ``step``."""
         if step < max(cfg.learning_starts, state.refill_until):
@@ -690,10 +697,12 @@ def train(cfg: DDQNConfig) -> RunResult:
             with timer("learn"):  # PER: w_j = (N·P(j))^-β / max_i w_i (line 10), Δ += w_j δ_j ∇Q
                 batch = as_batch(sample, draw.weights, device)
                 loss, td_abs = learner(batch)
-                priorities, stats = to_host(td_abs, loss, batch.weights)
-            with timer("update_priorities"):
-                replay.update_priorities(draw.indices, priorities)  # PER: p_j ← |δ_j| (line 12)
-            window.add(**stats)  # PER: the loss, mean |δ| and the weights' mean and minimum
+                w = batch.weights
+                pending.append(
+                    (draw.indices, copier.start(td_abs, loss.view(1), w.mean().view(1), w.min().view(1)))
+                )
+            # defer_priorities: this update's priorities are written after the next update's draw
+            write_priorities(keep=1 if cfg.defer_priorities else 0)
             state.updates += 1
             state.due -= cfg.replay_period
 
@@ -708,7 +717,8 @@ def train(cfg: DDQNConfig) -> RunResult:
         epsilon, alpha, beta = schedules.at(state.step)
         with timer("act"):  # A_t ~ ε-greedy(Q(S_t, ·)) in every environment (line 4)
             actions = act(forward, state.obs, epsilon, rng, spec.num_actions, device)
-        stepper.send(actions.astype(np.int64))
+        with timer("env"):
+            stepper.send(actions.astype(np.int64))
         if cfg.overlap_env:  # the updates of this step run while the emulators compute it
             update_due(state.step + cfg.num_envs, alpha, beta)
         with timer("env"):  # observe S_t, R_t, γ_t (line 5)
@@ -750,8 +760,10 @@ def train(cfg: DDQNConfig) -> RunResult:
             })  # fmt: skip
             state.next_log += cfg.log_every
         if state.next_checkpoint is not None and state.step >= state.next_checkpoint:
+            write_priorities(keep=0)
             save_checkpoint(run_dir(cfg) / "checkpoint.pt", checkpoint(cfg, state, env, parts))
             state.next_checkpoint += cfg.checkpoint_every  # type: ignore[operator]
+    write_priorities(keep=0)
     bar.close()
     return finish(cfg, state, env, parts, stopped, started, logger)
 

@@ -36,8 +36,23 @@ from recipes.dqn_envs import atari_rom, check_env
 
 def game_command(env: str, arms: str, seeds: int, protocol: str, sets: list[str], out: Path) -> list[str]:
     """The ``recipes.dqn_together`` command of one game."""
-    command = [sys.executable, "-m", "recipes.dqn_together", "--env", env, "--arms", arms, "--seeds", str(seeds),
-               "--protocol", protocol, "--progress", "0", "--out", str(out)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "recipes.dqn_together",
+        "--env",
+        env,
+        "--arms",
+        arms,
+        "--seeds",
+        str(seeds),
+        "--protocol",
+        protocol,
+        "--progress",
+        "0",
+        "--out",
+        str(out),
+    ]
     for item in sets:
         command += ["--set", item]
     return command
@@ -83,9 +98,13 @@ def merge(games: list[str], outputs: list[Path], protocol: str, walls: dict[str,
         result["games"][atari_rom(env)] = arms
         result["protocol"]["config"] = run["config"]
         result["processes"][atari_rom(env)] = {
-            "wall_s": walls.get(env), "train_s": run["train_s"], "steps_per_agent": run["steps_per_agent"],
-            "updates_per_agent": run["updates_per_agent"], "timing_s": run["timing_s"], "agents": run["agents"],
-        }  # fmt: skip
+            "wall_s": walls.get(env),
+            "train_s": run["train_s"],
+            "steps_per_agent": run["steps_per_agent"],
+            "updates_per_agent": run["updates_per_agent"],
+            "timing_s": run["timing_s"],
+            "agents": run["agents"],
+        }
     return result
 
 

@@ -13,7 +13,9 @@ the agents share is only the work, so that a sweep fits one GPU:
 
 One difference from ``train``: the minibatches of agent step ``t`` are drawn and learned from while
 the emulators compute step ``t`` (``send`` / ``recv``), so they are drawn from the memory before
-transition ``t`` is stored — a lag of one transition in a memory of thousands.  Each agent's
+transition ``t`` is stored — a lag of one transition in a memory of thousands (``train`` with
+``overlap_env``).  The GPU computes the update while the new transitions are stored; their
+priorities are written before the next minibatch is drawn.  Each agent's
 update otherwise follows Algorithm 1 line by line (``tests/test_dqn_together.py`` checks the
 stacked update against separate agents).
 
@@ -58,7 +60,7 @@ from recipes.atari_ddqn import (
 from recipes.dqn_envs import SendRecv, lives, make_env
 from recipes.dqn_parts import Timer
 from recipes.dqn_stacked import StackedQNetwork
-from recipes.dqn_update import GraphedForward, OptimizerStep
+from recipes.dqn_update import GraphedForward, HostCopy, OptimizerStep, Pending
 
 SHARED = (
     "env",
@@ -133,6 +135,7 @@ def train_together(cfgs: list[DDQNConfig], *, progress: bool = True) -> dict[str
     graph = cfg.cuda_graph and device.type == "cuda"
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = True  # as cuDNN's convolutions: TF32 matrix products
     env, spec = make_env(
         cfg.env, agents * per_agent, backend=cfg.env_backend, noop_max=cfg.noop_max, threads=cfg.env_threads
     )
@@ -184,7 +187,25 @@ def train_together(cfgs: list[DDQNConfig], *, progress: bool = True) -> dict[str
         dynamic_ncols=True,
         smoothing=0.05,
     )
+    copier = HostCopy(device)
+    pending: list[tuple[list[np.ndarray], Pending]] = []  # a round of updates in flight on the GPU
+
+    def write_priorities() -> None:
+        """p_j ← |δ_j| for every agent of the round in flight (line 12); waits for the GPU."""
+        while pending:
+            indices, values = pending.pop(0)
+            with timer("learn"):
+                host = values.wait().reshape(2, agents, cfg.batch_size)
+            with timer("update_priorities"):
+                for a, (replay, drawn) in enumerate(zip(replays, indices, strict=True)):
+                    replay.update_priorities(drawn, host[0, a])  # PER: p_j ← |δ_j| (line 12)
+                    window[a].append(float(host[1, a].mean()))
+
+    stopped = "done"
     while step < cfg.total_steps:
+        if cfg.time_budget_s is not None and time.perf_counter() - started > cfg.time_budget_s:
+            stopped = "time_budget"
+            break
         epsilon, _, _ = schedules[0].at(step)  # ε's schedule is shared; α and β are per arm
         with timer("act"):  # A_t ~ ε-greedy(Q_a(S_t, ·)) for every agent's environments (line 4)
             actions = np.concatenate([rng.integers(0, spec.num_actions, per_agent) for rng in rngs])
@@ -193,11 +214,13 @@ def train_together(cfgs: list[DDQNConfig], *, progress: bool = True) -> dict[str
                 greedy = forward(obs_t).argmax(dim=-1).view(-1).cpu().numpy()
                 explore = np.concatenate([rng.random(per_agent) < epsilon for rng in rngs])
                 actions = np.where(explore, actions, greedy)
-        stepper.send(actions.astype(np.int64))  # the emulators step while the agents learn
+        with timer("env"):
+            stepper.send(actions.astype(np.int64))  # the emulators step while the agents learn
         if step >= cfg.learning_starts:
             timer.mark_learning(step)
             due += per_agent
             while due >= cfg.replay_period:  # one minibatch update per K agent steps (line 7)
+                write_priorities()  # the previous round's, before this round draws
                 with timer("sample"):
                     samples, draws = [], []
                     for replay, schedule in zip(replays, schedules, strict=True):
@@ -217,12 +240,8 @@ def train_together(cfgs: list[DDQNConfig], *, progress: bool = True) -> dict[str
                         _stack([d.weights for d in draws], device, torch.float32),
                     )
                 with timer("learn"):  # PER: w_j (line 10), Δ += w_j δ_j ∇Q for every agent at once
-                    _, td_abs = learner(batch)
-                    host = torch.cat([td_abs, batch.weights], dim=1).cpu().numpy()
-                with timer("update_priorities"):
-                    for a, (replay, draw) in enumerate(zip(replays, draws, strict=True)):
-                        replay.update_priorities(draw.indices, host[a, : cfg.batch_size])  # PER: p_j ← |δ_j|
-                        window[a].append(float(host[a, cfg.batch_size :].mean()))
+                    _, td_abs = learner(batch)  # queued on the GPU: it runs while the envs step
+                    pending.append(([d.indices for d in draws], copier.start(td_abs, batch.weights)))
                 updates += 1
                 due -= cfg.replay_period
         with timer("env"):  # observe S_t, R_t, γ_t (line 5)
@@ -248,6 +267,7 @@ def train_together(cfgs: list[DDQNConfig], *, progress: bool = True) -> dict[str
                         episode_end=done[live],
                         streams=live - a * per_agent,
                     )
+        write_priorities()  # the GPU computed them while the transitions above were stored
         returns += np.where(prev_done, 0.0, reward)
         for i in np.flatnonzero(done):
             episode_returns[i // per_agent].append(float(returns[i]))
@@ -258,6 +278,8 @@ def train_together(cfgs: list[DDQNConfig], *, progress: bool = True) -> dict[str
         if step >= next_target:  # θ_target ← θ for every agent (line 17)
             q_target.load_state_dict(q.state_dict())
             next_target += cfg.target_update_period
+    write_priorities()
+    learning = timer.learning_phase(step, updates)  # before the evaluation
     bar.close()
     env.close()
     trained_s = time.perf_counter() - started
@@ -276,9 +298,9 @@ def train_together(cfgs: list[DDQNConfig], *, progress: bool = True) -> dict[str
                 "weight_mean_last1000": float(np.mean(window[a][-1000:])) if window[a] else math.nan,
             }
         )
-    learning = timer.learning_phase(step, updates)
     return {
         "env": cfg.env,
+        "stopped": stopped,
         "agents": results,
         "steps_per_agent": step,
         "updates_per_agent": updates,

@@ -184,3 +184,51 @@ class GraphedForward:
         self._graph.replay()
         assert self._output is not None
         return self._output
+
+
+class HostCopy:
+    """Device tensors copied to the host without waiting for them: :meth:`start` queues the copy
+    behind the work that computes them, :meth:`Pending.wait` blocks only when the values are read.
+
+    A loop that launches an update, then stores the next transitions while the GPU computes it,
+    and only then reads the new priorities, keeps the CPU and the GPU busy at the same time.  On
+    a CPU the copy is done at once.  ``buffers`` pinned host buffers are used in turn, so at most
+    that many copies may be pending at once.
+    """
+
+    def __init__(self, device: torch.device, buffers: int = 2) -> None:
+        self.device = device
+        self.buffers = buffers
+        self._pinned: list[torch.Tensor | None] = [None] * buffers
+        self._next = 0
+
+    def start(self, *tensors: torch.Tensor) -> Pending:
+        """Queue the copy of ``tensors`` (flattened, concatenated, as float32) to the host."""
+        flat = torch.cat([t.detach().reshape(-1).to(torch.float32) for t in tensors])
+        if self.device.type != "cuda":
+            return Pending(flat.numpy(), None)
+        i = self._next
+        self._next = (i + 1) % self.buffers
+        pinned = self._pinned[i]
+        if pinned is None or pinned.numel() != flat.numel():
+            pinned = torch.empty(flat.numel(), dtype=torch.float32, pin_memory=True)
+            self._pinned[i] = pinned
+        pinned.copy_(flat, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        return Pending(pinned.numpy(), event)
+
+
+class Pending:
+    """Values on their way to the host (:class:`HostCopy`): :meth:`wait` returns them."""
+
+    def __init__(self, host: Any, event: torch.cuda.Event | None) -> None:
+        self._host = host
+        self._event = event
+
+    def wait(self) -> Any:
+        """The values as one flat float32 numpy array (a copy: the buffer is reused)."""
+        if self._event is not None:
+            self._event.synchronize()
+            self._event = None
+        return self._host.copy()

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from recipes.atari_ddqn import Batch, DQNRMSprop, QNetwork, load_config, make_optimizer, td_loss, to_host
+from recipes.atari_ddqn import Batch, DQNRMSprop, QNetwork, load_config, make_optimizer, td_loss
 from recipes.dqn_envs import EnvSpec
 from recipes.dqn_stacked import StackedQNetwork
-from recipes.dqn_update import GraphedForward, OptimizerStep, _optimizer_tensors, _restore_optimizer
+from recipes.dqn_update import GraphedForward, HostCopy, OptimizerStep, _optimizer_tensors, _restore_optimizer
 
 ATARI = EnvSpec((4, 84, 84), 4, np.uint8, 6)
 MINATAR = EnvSpec((10, 10, 4), 1, np.uint8, 3)
@@ -169,12 +169,12 @@ def test_graph_needs_cuda_parameters_and_eager_forward_on_cpu() -> None:
     torch.testing.assert_close(GraphedForward(q, graph=False)(obs), q(obs).detach())
 
 
-def test_to_host_one_copy_of_priorities_and_stats() -> None:
+def test_host_copy_on_cpu_returns_a_copy_of_the_values() -> None:
+    copier = HostCopy(torch.device("cpu"))
     td = torch.tensor([0.5, 1.0, 0.25])
-    priorities, stats = to_host(td, torch.tensor(2.0), torch.tensor([1.0, 0.5, 0.25]))
-    np.testing.assert_allclose(priorities, [0.5, 1.0, 0.25])
-    assert stats == {"loss": 2.0, "td_abs": pytest.approx(1.75 / 3), "weight_mean": pytest.approx(1.75 / 3),
-                     "weight_min": 0.25}  # fmt: skip
+    pending = copier.start(td, torch.tensor([2.0]))
+    td.mul_(0)  # the values were taken when the copy started
+    np.testing.assert_allclose(pending.wait(), [0.5, 1.0, 0.25, 2.0])
 
 
 # -- on a GPU ---------------------------------------------------------------------------------------
@@ -238,3 +238,12 @@ def test_cuda_graphed_forward_sees_in_place_updates() -> None:
         for p in q.parameters():
             p.mul_(1.5)
     torch.testing.assert_close(forward(obs).clone(), q(obs).detach())
+
+
+@cuda
+def test_cuda_host_copy_waits_for_the_device_work() -> None:
+    copier = HostCopy(torch.device("cuda"))
+    x = torch.arange(1000.0, device="cuda")
+    pendings = [copier.start(x * i) for i in range(2)]
+    np.testing.assert_allclose(pendings[1].wait(), np.arange(1000.0))
+    np.testing.assert_allclose(pendings[0].wait(), np.zeros(1000))
