@@ -40,6 +40,31 @@ TARGET_STEPS_PER_S = 3000.0
 TARGET_REPLAY_SHARE = 0.15
 
 
+def table(result: dict[str, Any]) -> str:
+    """The docs' table: per arm the agent steps/s, against CleanRL, the replay's share and the
+    per-update milliseconds of each part; every number a value of ``result``."""
+    lines = [
+        "| arm | agent steps/s | × CleanRL | replay share | act | env | replay.add | replay.sample "
+        "| update (wait included) | update_priorities |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, r in result["arms"].items():
+        per = r["per_update_ms"]
+        over = f"{r['over_cleanrl']:.1f}" if "over_cleanrl" in r else "–"
+        lines.append(
+            f"| {arm} | {r['agent_steps_per_s']:,.0f} | {over} | {100 * r['replay_share']:.0f}% "
+            + " ".join(
+                f"| {per[p]:.2f}" for p in ("act", "env", "add", "sample", "learn", "update_priorities")
+            )
+            + " |"
+        )
+    if result.get("cleanrl_agent_steps_per_s"):
+        lines.append(
+            f"| CleanRL `dqn_atari.py` | {result['cleanrl_agent_steps_per_s']:,.0f} | 1.0 | | | | | | | |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from benchmarks import atari_loop, cleanrl_dqn
 
