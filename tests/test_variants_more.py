@@ -247,6 +247,8 @@ def test_ring_predecessors_by_hand():
     assert ring_predecessors([3, 3, 3, 4, 4, -1]).tolist() == [-1, 0, 1, -1, 3, -1]
     # ring wrapped: slot 2 is the oldest (next overwritten); slots 0, 1 continue the episode in 5
     assert ring_predecessors([9, 9, 8, 8, 9, 9], oldest=2).tolist() == [5, 0, -1, 2, -1, 4]
+    # one episode fills the ring: the oldest slot's neighbour is the newest step, not its predecessor
+    assert ring_predecessors([5, 5, 5], oldest=1).tolist() == [2, -1, 1]
     with pytest.raises(ValueError, match="oldest"):
         ring_predecessors([1, 1], oldest=2)
 
