@@ -279,6 +279,7 @@ UNMARKED: dict[tuple[str, str], str] = {
     ),
     ("docs/recipes/imbalanced_mnist.md", "| setting | value | source |"): "settings, each with its source",
     ("docs/recipes/offpolicy.md", "| setting | value | source |"): "settings, each with its source",
+    ("docs/variants.md", "| variant | formula | source | when to use |"): "formulas, each with its source",
     (
         "docs/recipes/offpolicy.md",
         "| arm | data | sampler (`# PER:` lines in the recipe) | weight `w` "
