@@ -1,0 +1,306 @@
+"""Prioritized replay for Stable-Baselines3's DQN: a ``ReplayBuffer`` subclass and a ``DQN`` subclass.
+
+Schaul et al. (2016), Algorithm 1, inside SB3's own loop:
+
+* :class:`PrioritizedReplayBuffer` keeps SB3's storage (its arrays of shape ``(buffer_size, n_envs,
+  ...)``, ``optimize_memory_usage``, ``handle_timeout_termination``) and puts a
+  :class:`~prisample.PrioritizedSampler` over the flattened slots ``pos · n_envs + env``.  A written
+  slot enters at the maximum priority of the memory (line 6); a batch is drawn with
+  ``P(i) = p_i^α / Σ_k p_k^α`` (Eq. 1) and carries its importance weights
+  ``w_i = (N · P(i))^-β / max_j w_j`` (Sec. 3.4) and its slots.
+* :class:`PrioritizedDQN` is SB3's ``DQN`` whose ``train`` weights each sample's Huber loss by
+  ``w_i`` and writes ``|δ_i|`` back as the new priorities after each gradient step (lines 11-12);
+  β goes linearly from its initial value to ``beta_final`` over ``learn(total_timesteps)``.
+  Exploration, target updates, gradient clipping and logging stay SB3's.
+
+>>> from prisample.sb3 import PrioritizedDQN
+>>> model = PrioritizedDQN("MlpPolicy", "CartPole-v1", learning_starts=50, buffer_size=1000,
+...                        replay_buffer_kwargs={"alpha": 0.6, "beta": 0.4}, seed=0)
+>>> _ = model.learn(200)
+>>> bool(model.replay_buffer.sampler.priorities[:200].min() < 1.0)   # |δ| written back
+True
+
+Needs the ``sb3`` extra (``pip install prisample[sb3]``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+import torch as th
+from gymnasium import spaces
+from stable_baselines3 import DQN
+from stable_baselines3.common.buffers import ReplayBuffer
+from stable_baselines3.common.type_aliases import GymEnv
+from stable_baselines3.common.vec_env import VecNormalize
+from stable_baselines3.dqn.policies import DQNPolicy
+
+from prisample._validation import check_positive_int, to_numpy
+from prisample.sampler import PrioritizedSampler
+from prisample.weights import LinearSchedule, WeightNorm, check_beta
+
+__all__ = ["PrioritizedDQN", "PrioritizedReplayBuffer", "PrioritizedReplayBufferSamples", "weighted_huber"]
+
+SB3_BACKENDS = ("proportional", "rank")
+
+
+class PrioritizedReplayBufferSamples(NamedTuple):
+    """SB3's ``ReplayBufferSamples`` fields (read by name in SB3's training code), then the draw's
+    importance weights and slots."""
+
+    observations: th.Tensor
+    actions: th.Tensor
+    next_observations: th.Tensor
+    dones: th.Tensor
+    rewards: th.Tensor
+    discounts: th.Tensor | None
+    """Always ``None``: one-step returns (``γ`` comes from the algorithm)."""
+    weights: th.Tensor
+    """``w_i``, float32, shape ``(batch_size, 1)`` like ``rewards``, on the buffer's device."""
+    indices: npt.NDArray[np.int64]
+    """Slots ``pos · n_envs + env``: pass them back to :meth:`PrioritizedReplayBuffer.update_priorities`."""
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """SB3's ``ReplayBuffer`` drawn with prioritized replay (Schaul et al. 2016, Algorithm 1).
+
+    The constructor is SB3's plus the sampler's arguments: ``alpha`` (``α``, 0 is uniform),
+    ``beta`` (a float in ``[0, 1]`` or a :class:`~prisample.LinearSchedule` counted in draws),
+    ``eps`` (``ε`` of ``p_i = |δ_i| + ε``), ``backend`` (``"proportional"`` or ``"rank"``),
+    ``weight_norm`` (``"memory"``, ``"batch"`` or ``"none"``) and ``seed`` (the draws' RNG).
+
+    Storage is SB3's own; :attr:`sampler` holds one priority per slot ``pos · n_envs + env``.  With
+    ``optimize_memory_usage`` the slots of row ``pos`` are left out once the buffer is full, as SB3
+    leaves them out (their observation has been overwritten by the newest next observation).
+    :meth:`sample` returns :class:`PrioritizedReplayBufferSamples`; feed the TD errors back with
+    :meth:`update_priorities`.  Dict observation spaces and n-step returns are not supported.
+    """
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        device: th.device | str = "auto",
+        n_envs: int = 1,
+        optimize_memory_usage: bool = False,
+        handle_timeout_termination: bool = True,
+        *,
+        alpha: float = 0.6,
+        beta: float | LinearSchedule = 0.4,
+        eps: float = 1e-6,
+        backend: str = "proportional",
+        weight_norm: WeightNorm = "memory",
+        seed: int | None = None,
+    ) -> None:
+        if backend not in SB3_BACKENDS:
+            raise ValueError(f"backend should be one of {SB3_BACKENDS}, but got backend={backend!r}")
+        if isinstance(observation_space, spaces.Dict):
+            raise ValueError(
+                "observation_space should not be a Dict space (use SB3's DictReplayBuffer without "
+                f"prioritization), but got observation_space={observation_space!r}"
+            )
+        buffer_size = check_positive_int(buffer_size, "buffer_size")
+        n_envs = check_positive_int(n_envs, "n_envs")
+        rows = max(buffer_size // n_envs, 1)  # SB3's own adjustment of buffer_size
+        # Built first: it validates its arguments before SB3 allocates the arrays.
+        self.sampler = PrioritizedSampler(
+            rows * n_envs, alpha=alpha, beta=beta, eps=eps, backend=backend,
+            weight_norm=weight_norm, size=0, seed=seed,
+        )  # fmt: skip
+        self.beta_schedule: float | LinearSchedule = (
+            beta if isinstance(beta, LinearSchedule) else check_beta(beta)
+        )
+        """``beta`` as given; :class:`PrioritizedDQN` anneals a float one over ``learn``."""
+        super().__init__(
+            buffer_size, observation_space, action_space, device, n_envs,
+            optimize_memory_usage, handle_timeout_termination,
+        )  # fmt: skip
+        assert self.buffer_size == rows
+
+    @property
+    def beta(self) -> float:
+        """``β`` of the next draw."""
+        return self.sampler.beta
+
+    @beta.setter
+    def beta(self, value: float | LinearSchedule) -> None:
+        self.sampler.beta = value
+
+    def _row_slots(self, row: int) -> npt.NDArray[np.int64]:
+        return row * self.n_envs + np.arange(self.n_envs, dtype=np.int64)
+
+    def add(
+        self,
+        obs: np.ndarray,
+        next_obs: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        done: np.ndarray,
+        infos: list[dict[str, Any]],
+    ) -> None:
+        """SB3's ``add`` (one vector step, one row of ``n_envs`` slots), then the row's slots
+        enter the sampler at the maximum priority."""
+        row = self.pos
+        super().add(obs, next_obs, action, reward, done, infos)
+        self.sampler.add(self._row_slots(row))
+        if self.optimize_memory_usage and self.full:
+            # SB3 never samples row `pos` then: its observation is now the next observation just
+            # written (buffers.py, ReplayBuffer.sample).
+            self.sampler.remove(self._row_slots(self.pos))
+
+    def reset(self) -> None:
+        super().reset()
+        self.sampler.remove(np.flatnonzero(~np.isnan(self.sampler.priorities)))
+
+    def sample(  # type: ignore[override]  # SB3's fields plus weights and indices
+        self, batch_size: int, env: VecNormalize | None = None
+    ) -> PrioritizedReplayBufferSamples:
+        """Draw ``batch_size`` slots (stratified, ``P(i) = p_i^α / Σ_k p_k^α``) with their weights.
+
+        Advances a :class:`~prisample.LinearSchedule` β by one draw.
+        """
+        draw = self.sampler.sample(batch_size)
+        batch_inds, env_indices = np.divmod(draw.indices, self.n_envs)
+        fields = self.gather(batch_inds, env_indices, env)
+        weights = self.to_torch(draw.weights.reshape(-1, 1))
+        return PrioritizedReplayBufferSamples(*fields, None, weights, draw.indices)
+
+    def gather(
+        self,
+        batch_inds: npt.NDArray[np.int64],
+        env_indices: npt.NDArray[np.int64],
+        env: VecNormalize | None = None,
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+        """``(observations, actions, next_observations, dones, rewards)`` of the given rows and
+        environments, as SB3's ``ReplayBuffer._get_samples`` builds them (stable-baselines3 2.9,
+        ``common/buffers.py``) except that the environments are chosen here, not drawn inside."""
+        rows = batch_inds
+        if self.optimize_memory_usage:  # the next observation is the next row's observation
+            next_obs = self.observations[(rows + 1) % self.buffer_size, env_indices]
+        else:
+            next_obs = self.next_observations[rows, env_indices]
+        # Timeouts are not terminations (SB3 issue #284); all zero without handle_timeout_termination.
+        dones = self.dones[rows, env_indices] * (1 - self.timeouts[rows, env_indices])
+        data = (
+            self._normalize_obs(self.observations[rows, env_indices], env),
+            self.actions[rows, env_indices],
+            self._normalize_obs(next_obs, env),
+            dones.reshape(-1, 1),
+            self._normalize_reward(self.rewards[rows, env_indices].reshape(-1, 1), env),
+        )
+        obs, actions, next_observations, done_column, rewards = (self.to_torch(np.asarray(a)) for a in data)
+        return obs, actions, next_observations, done_column, rewards
+
+    def update_priorities(self, indices: npt.ArrayLike, td_errors: npt.ArrayLike | th.Tensor) -> None:
+        """Priorities ``p_i = |δ_i|`` of drawn slots (``td_errors`` of shape ``(k,)`` or ``(k, 1)``,
+        numpy or torch on any device); the last of duplicate slots wins."""
+        errors = to_numpy(td_errors, "td_errors")
+        if errors.dtype.kind not in "fiu":
+            raise TypeError(f"td_errors should hold real numbers, but got dtype {errors.dtype}")
+        if errors.ndim == 2 and errors.shape[1] == 1:
+            errors = errors[:, 0]
+        self.sampler.update_priorities(indices, np.abs(errors))
+
+
+def weighted_huber(
+    current_q: th.Tensor, target_q: th.Tensor, weights: th.Tensor
+) -> tuple[th.Tensor, th.Tensor]:
+    """``(mean_i w_i · Huber(δ_i), |δ_i|)`` with ``δ_i = target_i − Q(s_i, a_i)``.
+
+    SB3's DQN loss is ``F.smooth_l1_loss(current_q, target_q)`` (a mean over the batch); with
+    all ``w_i = 1`` this is the same number.  ``|δ|`` is detached: the new priorities.
+    """
+    per_sample = th.nn.functional.smooth_l1_loss(current_q, target_q, reduction="none")
+    loss = (weights * per_sample).mean()
+    return loss, (target_q - current_q).detach().abs()
+
+
+class PrioritizedDQN(DQN):
+    """SB3's ``DQN`` with prioritized replay (Schaul et al. 2016, Algorithm 1).
+
+    Every argument is ``DQN``'s; ``replay_buffer_class`` defaults to (and must be a subclass of)
+    :class:`PrioritizedReplayBuffer`, configured through ``replay_buffer_kwargs`` (``alpha``,
+    ``beta``, ``eps``, ``backend``, ``weight_norm``, ``seed``).  ``beta_final``: a float ``beta``
+    of the buffer is annealed linearly to it over each ``learn(total_timesteps)`` call, through
+    SB3's ``_current_progress_remaining`` (``None``: kept constant).  A
+    :class:`~prisample.LinearSchedule` ``beta`` follows its own schedule, counted in gradient
+    steps, and ``beta_final`` is not used.
+
+    ``train`` logs ``per/beta`` (β of the last draw), ``per/weight_mean`` and
+    ``per/max_priority`` next to SB3's ``train/loss``.
+    """
+
+    replay_buffer: PrioritizedReplayBuffer  # set up by SB3 (its `replay_buffer_class`)
+
+    def __init__(
+        self,
+        policy: str | type[DQNPolicy],
+        env: GymEnv | str,
+        *args: Any,
+        beta_final: float | None = 1.0,
+        **kwargs: Any,
+    ) -> None:
+        self.beta_final = None if beta_final is None else check_beta(beta_final, "beta_final")
+        buffer_class = kwargs.get("replay_buffer_class")
+        if buffer_class is None:
+            kwargs["replay_buffer_class"] = PrioritizedReplayBuffer
+        elif not (isinstance(buffer_class, type) and issubclass(buffer_class, PrioritizedReplayBuffer)):
+            raise ValueError(
+                "replay_buffer_class should be PrioritizedReplayBuffer or a subclass, "
+                f"but got replay_buffer_class={buffer_class!r}"
+            )
+        if kwargs.get("n_steps", 1) != 1:
+            raise ValueError(
+                f"n_steps should be 1 (PrioritizedReplayBuffer has one-step returns only), "
+                f"but got n_steps={kwargs['n_steps']!r}"
+            )
+        super().__init__(policy, env, *args, **kwargs)
+
+    def _anneal_beta(self) -> None:
+        start = self.replay_buffer.beta_schedule
+        if self.beta_final is None or isinstance(start, LinearSchedule):
+            return
+        progress = min(max(1.0 - self._current_progress_remaining, 0.0), 1.0)
+        self.replay_buffer.beta = start + (self.beta_final - start) * progress
+
+    def _target_q_values(self, replay_data: PrioritizedReplayBufferSamples) -> th.Tensor:
+        """``r + γ (1 − done) max_a Q_target(s', a)``, as SB3's ``DQN.train``."""
+        gamma = replay_data.discounts if replay_data.discounts is not None else self.gamma
+        with th.no_grad():
+            next_q, _ = self.q_net_target(replay_data.next_observations).max(dim=1)
+            target: th.Tensor = replay_data.rewards + (1 - replay_data.dones) * gamma * next_q.reshape(-1, 1)
+        return target
+
+    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
+        """SB3's ``DQN.train`` (stable-baselines3 2.9, ``dqn/dqn.py``) with the loss weighted by
+        ``w_i`` and ``|δ_i|`` written back after each gradient step."""
+        buffer = self.replay_buffer
+        self._anneal_beta()
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        losses, weight_means = [], []
+        beta = buffer.beta
+        for _ in range(gradient_steps):
+            beta = buffer.beta  # the β this draw uses
+            replay_data = buffer.sample(batch_size, env=self._vec_normalize_env)
+            target_q = self._target_q_values(replay_data)
+            q_values = self.q_net(replay_data.observations)
+            current_q = th.gather(q_values, dim=1, index=replay_data.actions.long())
+            # PER: importance-weighted Huber loss (Algorithm 1, line 10)
+            loss, td_abs = weighted_huber(current_q, target_q, replay_data.weights)
+            losses.append(loss.item())
+            weight_means.append(float(replay_data.weights.mean()))
+            self.policy.optimizer.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]
+            th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+            self.policy.optimizer.step()
+            buffer.update_priorities(replay_data.indices, td_abs)  # PER: p_i = |δ_i| (line 12)
+        self._n_updates += gradient_steps
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/loss", np.mean(losses))
+        self.logger.record("per/beta", beta)
+        self.logger.record("per/weight_mean", np.mean(weight_means))
+        self.logger.record("per/max_priority", buffer.sampler.max_priority)
