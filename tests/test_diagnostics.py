@@ -4,6 +4,7 @@ hooks in the Lightning callback and the Double DQN recipe."""
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 from pathlib import Path
@@ -258,6 +259,11 @@ def test_recipe_flag_writes_diagnostics(tmp_path: Path) -> None:
     assert counts["summary"]["draws"] == result.updates * cfg.batch_size > 0
     assert saved["updates"] == result.updates * cfg.batch_size
     assert saved["td_snapshots"]["steps"] == [100, 200, 300]
+    with (run / "metrics.csv").open() as f:  # the memory is not full: every transition still in it
+        size = float(list(csv.DictReader(f))[-1]["replay/size"])
+    assert (
+        counts["summary"]["writes"] == counts["summary"]["live"] == size == saved["td_snapshots"]["sizes"][-1]
+    )
     histogram = np.array(counts["histogram"])
     retired = np.array(counts["retired_histogram"])
     drawn = (np.arange(histogram.shape[0]) * histogram).sum() + (np.arange(retired.shape[0]) * retired).sum()
