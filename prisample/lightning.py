@@ -19,12 +19,16 @@ that loop around a ``LightningModule``:
 * it logs ``per/beta``, ``per/weight_mean``, ``per/weight_max`` and ``per/max_priority`` (on the
   steps the logger writes, every ``Trainer(log_every_n_steps=...)``), and
   stores the sampler state in the checkpoint, so a resumed run draws what the uninterrupted run
-  would have (batches already prefetched at save time included).
+  would have (batches already prefetched at save time included);
+* with ``diagnostics=`` (a :class:`~prisample.diagnostics.Diagnostics`) it records each batch's
+  draw and priority update, snapshots the priorities on the logged steps and, with
+  ``diagnostics_dir=``, writes ``diagnostics.json`` and the PNGs there when fitting ends.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -32,6 +36,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from prisample.diagnostics import Diagnostics
 from prisample.distributed import DistributedPrioritizedSampler
 from prisample.ledger import DrawLedger
 from prisample.sampler import PrioritizedSampler
@@ -132,6 +137,12 @@ class PrioritizedSamplingCallback(Callback):
         sampler: the sampler to drive (a ``PrioritizedSampler``, ``DrawLedger`` or
             ``DistributedPrioritizedSampler``); by default the one found among the DataModule's or
             the LightningModule's attributes, else the one behind the train ``DataLoader``.
+        diagnostics: a :class:`~prisample.diagnostics.Diagnostics` to record into: every batch's
+            draw (replay counts ``M_i``, weights) and new priorities, and on the steps the logger
+            writes a snapshot of the sorted priorities and of ``P(i)`` against them (Figs. 10-11).
+            Plot it on demand with ``diagnostics.plot(prefix)``.
+        diagnostics_dir: where ``diagnostics.json`` and ``diagnostics_*.png`` are written when
+            fitting ends (by the global rank 0); ``None``: nothing is written.
 
     >>> cb = PrioritizedSamplingCallback(beta_start=0.0)
     >>> cb.state_key
@@ -144,6 +155,8 @@ class PrioritizedSamplingCallback(Callback):
         beta_end: float | None = None,
         priority_key: str = "per_sample_loss",
         sampler: PrioritizedSampler | DrawLedger | DistributedPrioritizedSampler | None = None,
+        diagnostics: Diagnostics | None = None,
+        diagnostics_dir: str | Path | None = None,
     ) -> None:
         if beta_start is not None:
             check_beta(beta_start, "beta_start")
@@ -156,6 +169,12 @@ class PrioritizedSamplingCallback(Callback):
                 "sampler should be a PrioritizedSampler, DrawLedger or DistributedPrioritizedSampler, "
                 f"but got sampler={sampler!r}"
             )
+        if diagnostics is not None and not isinstance(diagnostics, Diagnostics):
+            raise TypeError(
+                f"diagnostics should be a prisample.diagnostics.Diagnostics, but got {diagnostics!r:.80}"
+            )
+        self.diagnostics = diagnostics
+        self.diagnostics_dir = None if diagnostics_dir is None else Path(diagnostics_dir)
         self.beta_start = beta_start
         self.beta_end = beta_end
         self.priority_key = priority_key
@@ -253,6 +272,8 @@ class PrioritizedSamplingCallback(Callback):
                 )
             driver.load_state_dict(self._loaded)
             self._loaded = None
+        if self.diagnostics is not None:
+            self.diagnostics.attach(driver.sampler)  # a dataset: every example is there already
 
     @staticmethod
     def _install(ledger: _Driver, sampler: PrioritizedSampler, loader: Any) -> None:
@@ -283,6 +304,8 @@ class PrioritizedSamplingCallback(Callback):
         draw, beta = self._driver.take_with_beta(indices)
         weights = torch.from_numpy(draw.weights).to(pl_module.device)
         self.batch_weights, self._batch_indices, self._beta = weights, indices, beta
+        if self.diagnostics is not None:
+            self.diagnostics.on_draw(trainer.global_step, draw)
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -308,11 +331,23 @@ class PrioritizedSamplingCallback(Callback):
             )
         # PER: the drawn examples' new priorities are their losses, p_i = |loss_i| (+ ε inside).
         self._driver.update_priorities(self._batch_indices, losses.abs().double())
+        if self.diagnostics is not None:
+            self.diagnostics.on_update(self._batch_indices, losses.abs())
         # Lightning writes on_step values every log_every_n_steps; a log() call costs about a
         # millisecond, several times the sampler's own work, so the other steps skip it.
         if trainer.global_step % max(int(getattr(trainer, "log_every_n_steps", 1)), 1) == 0:
             self._log(pl_module)
+            if self.diagnostics is not None:
+                self.diagnostics.snapshot(trainer.global_step, self._driver.sampler)
         self._batch_indices = None
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.diagnostics is None or self._driver is None:
+            return
+        self.diagnostics.snapshot(trainer.global_step, self._driver.sampler)
+        if self.diagnostics_dir is not None and trainer.is_global_zero:
+            self.diagnostics.save_json(self.diagnostics_dir / "diagnostics.json")
+            self.diagnostics.plot(self.diagnostics_dir / "diagnostics")
 
     def _log(self, pl_module: pl.LightningModule) -> None:
         assert self._driver is not None and self.batch_weights is not None

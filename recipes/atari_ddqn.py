@@ -51,6 +51,7 @@ from torch import nn
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from prisample import LinearSchedule
+from prisample.diagnostics import Diagnostics
 from recipes import cli
 from recipes.dqn_envs import (
     EnvBackend,
@@ -224,6 +225,10 @@ class DDQNConfig:
     replay_on_device: bool = True
     """On a CUDA device, keep the replay memory's frames and columns there, so that a minibatch is
     gathered on the GPU (prisample's ``device=`` path) instead of copied from the host."""
+    diagnostics: bool = False
+    """Record the paper's replay diagnostics (prisample.diagnostics): replay counts M_i, the sorted
+    |δ| of the memory at each metrics row (Fig. 10), P(i) against |δ| (Fig. 11) and the weights;
+    the run directory gets diagnostics.json and diagnostics_*.png at the end (not checkpointed)."""
 
     def __post_init__(self) -> None:
         cli.one_of(self, "arm", ARMS)
@@ -651,6 +656,7 @@ def train(cfg: DDQNConfig) -> RunResult:
         weight_norm=cfg.weight_norm, backend=cfg.replay, seed=cfg.seed,
         device=device if cfg.replay_on_device and device.type == "cuda" else None,
     )  # fmt: skip
+    diagnostics = Diagnostics(cfg.memory_size) if cfg.diagnostics else None  # PER: M_i, Figs. 10-11
     rng = np.random.default_rng([cfg.seed, 1])
     logger = Logger(run_dir(cfg), cfg.tensorboard, resume=cfg.resume)
     scores = load_atari_scores().get(atari_rom(cfg.env)) if env_family(cfg.env) == "atari" else None
@@ -678,6 +684,8 @@ def train(cfg: DDQNConfig) -> RunResult:
                 host = values.wait()
             with timer("update_priorities"):
                 replay.update_priorities(indices, host[:-3])  # PER: p_j ← |δ_j| (line 12)
+            if diagnostics is not None:
+                diagnostics.on_update(indices, host[:-3])
             # PER: the loss, mean |δ|, and the weights' mean and minimum
             window.add(loss=float(host[-3]), td_abs=float(host[:-3].mean()), weight_mean=float(host[-2]),
                        weight_min=float(host[-1]))  # fmt: skip
@@ -694,6 +702,8 @@ def train(cfg: DDQNConfig) -> RunResult:
             replay.sampler.beta = beta  # PER: β annealed β0 → 1 over training (Sec. 3.4)
             with timer("sample"):
                 sample, draw = replay.sample(cfg.batch_size)  # PER: j ~ P(j) = p_j^α / Σ_i p_i^α (line 9)
+            if diagnostics is not None:
+                diagnostics.on_draw(step, draw)
             with timer("learn"):  # PER: w_j = (N·P(j))^-β / max_i w_i (line 10), Δ += w_j δ_j ∇Q
                 batch = as_batch(sample, draw.weights, device)
                 loss, td_abs = learner(batch)
@@ -733,8 +743,10 @@ def train(cfg: DDQNConfig) -> RunResult:
             live = np.flatnonzero(~state.prev_done)  # a step that only resets an environment stores nothing
         with timer("add"):  # store (S_{t-1}, A_{t-1}, R_t, γ_t, S_t) (line 6)
             # PER: a new transition enters at the maximal priority, p_t = max_{i<t} p_i
-            replay.add_many(state.obs[live], actions[live], learn_reward[live], discount[live],
-                            next_obs[live], episode_end=done[live], streams=live)  # fmt: skip
+            slots = replay.add_many(state.obs[live], actions[live], learn_reward[live], discount[live],
+                                    next_obs[live], episode_end=done[live], streams=live)  # fmt: skip
+        if diagnostics is not None:
+            diagnostics.on_write(slots)
         state.end_episodes(reward, done)
         state.prev_done, state.obs, state.life = done, next_obs, next_life
         state.step += cfg.num_envs
@@ -758,6 +770,8 @@ def train(cfg: DDQNConfig) -> RunResult:
                 "perf/steps_per_s": rate(state.step), "replay/size": float(len(replay)),
                 "updates": float(state.updates), **window.drain(),
             })  # fmt: skip
+            if diagnostics is not None:  # PER: sorted |δ| and P(i) against |δ| of the memory now
+                diagnostics.snapshot(state.step, replay.sampler)
             state.next_log += cfg.log_every
         if state.next_checkpoint is not None and state.step >= state.next_checkpoint:
             write_priorities(keep=0)
@@ -765,6 +779,10 @@ def train(cfg: DDQNConfig) -> RunResult:
             state.next_checkpoint += cfg.checkpoint_every  # type: ignore[operator]
     write_priorities(keep=0)
     bar.close()
+    if diagnostics is not None:
+        diagnostics.snapshot(state.step, replay.sampler)
+        diagnostics.save_json(run_dir(cfg) / "diagnostics.json")
+        diagnostics.plot(run_dir(cfg) / "diagnostics", title=f"{cfg.env} {cfg.arm}")
     return finish(cfg, state, env, parts, stopped, started, logger)
 
 
