@@ -2,7 +2,7 @@
 # Every GPU measurement of the Atari recipe, as one command for a lent GPU machine (issue 12).
 #
 #   bash benchmarks/gpu_session.sh smoke   # ~3 min: GPU tests, update timings, short loop and sweep probes
-#   bash benchmarks/gpu_session.sh final   # ~9 min: loop benchmark vs CleanRL, the Atari sweep
+#   bash benchmarks/gpu_session.sh final   # ~9.5 min: GPU tests, loop benchmark vs CleanRL, the Atari sweep
 #
 # Needs the git-ignored .whl/ (gymnasium, ale-py, tyro, ... for Python 3.12) and .peer/cleanrl/
 # (CleanRL's dqn_atari.py, see benchmarks/cleanrl_dqn.py) carried along; writes under $OUT.
@@ -37,10 +37,10 @@ if [ "$stage" = final ]; then
   log GPU tests
   timeout 90 python3 -m pytest tests/test_dqn_update.py -k cuda -q -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests.txt"
   log loop benchmark, every arm, and CleanRL
-  timeout 200 python3 -m benchmarks.atari_loop_gpu --out "$OUT/atari_loop_gpu.json" --loop_out "$OUT/atari_loop_cuda.json" \
-    --cleanrl_out "$OUT/cleanrl_dqn.json" 2>&1 | grep -v "^ " | tail -6
+  timeout 200 python3 -m benchmarks.atari_loop_gpu --updates 2000 --out "$OUT/atari_loop_gpu.json" \
+    --loop_out "$OUT/atari_loop_cuda.json" --cleanrl_out "$OUT/cleanrl_dqn.json" 2>&1 | grep -v "^ " | tail -6
   log sweep
-  timeout 420 python3 -m recipes.atari_sweep --games ALE/Pong-v5,ALE/Breakout-v5,ALE/Boxing-v5 \
+  timeout 400 python3 -m recipes.atari_sweep --games ALE/Pong-v5,ALE/Breakout-v5,ALE/Boxing-v5 \
     --arms uniform,proportional,rank --seeds 3 --protocol atari100k --device cuda --set env_threads=4 \
     --set time_budget_s=${SWEEP_TRAIN_S:-300} --out "$OUT/atari_sweep.json" 2>&1 | grep -v "^start" | tail -8
   log done

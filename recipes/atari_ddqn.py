@@ -135,8 +135,10 @@ class DDQNConfig:
     """IS exponent β at the first update, annealed linearly to beta_end."""
     beta_end: float = 1.0
     """β at the end of training (prioritized Double DQN arms 1, Table 3)."""
-    priority_eps: float = 1e-6
-    """ε of p = |δ| + ε (proportional; any small positive constant, Sec. 3.3)."""
+    priority_eps: float = 0.01
+    """ε of p = |δ| + ε (proportional; "a small positive constant", Sec. 3.3).  0.01, not 1e-6: with
+    the memory's max weight (App. B.2.1) a slot with |δ| ≈ 0 and ε = 1e-6 shrinks every other
+    weight towards 0 (the weight ablation in docs/recipes/atari_ddqn.md)."""
     weight_norm: Literal["memory", "batch"] = "memory"
     """Importance weights divided by their maximum over the memory (the paper, App. B.2.1) or
     over the minibatch."""
