@@ -157,7 +157,7 @@ def test_warmup_restore_puts_state_back_or_zeroes_new_state() -> None:
     assert torch.count_nonzero(opt.state[fresh]["g"]) == 0 and torch.count_nonzero(opt.state[fresh]["n"]) == 0
 
 
-def test_graph_needs_cuda_parameters_and_eager_forward_on_cpu() -> None:
+def test_graph_needs_gpu_parameters_and_eager_forward_on_cpu() -> None:
     cfg = load_config("MinAtar/Breakout-v1", "rank")
     q = network(MINATAR, 0)
     step = OptimizerStep(
