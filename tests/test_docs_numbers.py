@@ -249,7 +249,7 @@ UNMARKED: dict[tuple[str, str], str] = {
     ("docs/api.md", "| `normalize` | result |"): "worked example of a formula",
     ("docs/api.md", "| member | meaning |"): "enum members and their values",
     ("docs/api.md", "| name | module | what |"): "names and formulas (API reference)",
-    ("docs/diagnostics.md", "| | uniform | proportional | rank-based |"): "a grid of figures (the paper's figure numbers)",
+    ("docs/diagnostics.md", "| | uniform | proportional | rank-based |"): "a figure grid",
     ("docs/concepts.md", "| backend | `P(i)` |"): "formulas",
     ("docs/concepts.md", "| `weight_norm` | formula | largest weight |"): "formulas",
     ("docs/concepts.md", "| mode | at the step where env `i` ends | the step after | what is stored |"): (
