@@ -146,7 +146,15 @@ def test_laber_loop_passes_laber_weights_to_the_loss(tmp_path: Path, monkeypatch
     original_batch, original_learner = ddqn.laber_batch, ddqn.make_learner
 
     def recording_batch(*args: Any, **kwargs: Any) -> Any:
+        sample, candidates, _, q, q_target, _, device = args
+        large = ddqn.as_batch(sample, np.ones(len(candidates), dtype=np.float32), device)
+        with torch.no_grad():
+            scores = double_dqn_td_error(q, q_target, *large[:5]).clamp(-1.0, 1.0).abs().numpy() + LABER_EPS
         made.append(original_batch(*args, **kwargs))
+        batch, kept = made[-1]
+        for i, slot in enumerate(kept):  # w_i = mean(s) / s_j for a position j that holds the slot
+            ratios = scores.mean() / scores[candidates == slot]
+            assert np.isclose(ratios, float(batch.weights[i]), rtol=1e-4).any()
         return made[-1]
 
     def recording_learner(*args: Any, **kwargs: Any) -> Any:
