@@ -561,8 +561,9 @@ def laber_batch(
     scores = (delta.clamp(-1.0, 1.0) if cfg.clip_td else delta).abs()
     kept = laber.select(candidates, scores.double().cpu().numpy())
     rows = torch.as_tensor(kept.positions, device=device)
-    columns = (column.index_select(0, rows) for column in large[:5])
-    return Batch(*columns, torch.as_tensor(kept.weights, device=device)), kept.indices
+    obs, action, reward, discount, next_obs = (column.index_select(0, rows) for column in large[:5])
+    weights = torch.as_tensor(kept.weights, device=device)
+    return Batch(obs, action, reward, discount, next_obs, weights), kept.indices
 
 
 def make_learner(
