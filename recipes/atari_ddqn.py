@@ -14,6 +14,11 @@ minibatch of ``k`` transitions ``j`` with probability ``P(j) = p_j^α / Σ_i p_i
 baseline), ``proportional`` (``p = |δ| + ε``, α = 0.6, β 0.4 → 1), ``rank`` (``p = 1/rank``,
 α = 0.7, β 0.5 → 1), and the paper's first experiment, plain DQN (``max_a Q_target``) with
 ``dqn_uniform`` or ``dqn_rank`` (α annealed 0.5 → 0, β = 0); the prioritized arms step η/4.
+Two later schemes are arms for the replay ablation (``recipes/replay_ablation.py``): ``lap``
+(Fujimoto et al. 2020: ``p = max(|δ|, κ)``, α = 0.4, no importance weights, Huber loss at κ = 1)
+and ``laber`` (Lahire et al. 2022, LaBER-mean: no stored priorities; each update scores ``m·B``
+uniformly drawn transitions by ``|δ|`` and keeps ``B`` of them ``∝ |δ|``, weighted
+``mean_k |δ_k| / |δ_i|``).
 The environment's family picks the other values (``recipes/configs/atari_ddqn/<family>.yaml``).
 Lines marked ``# PER:`` are where prioritization touches the loop; all of them are in ``train``
 and ``make_optimizer``.
@@ -52,6 +57,8 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 
 from prisample import LinearSchedule
 from prisample.diagnostics import Diagnostics
+from prisample.laber import LaBER
+from prisample.losses import lap_priorities
 from recipes import cli
 from recipes.dqn_envs import (
     EnvBackend,
@@ -80,12 +87,16 @@ from recipes.dqn_parts import (
 from recipes.dqn_update import GraphedForward, HostCopy, LossFn, OptimizerStep, Pending
 
 CONFIG_DIR = Path(__file__).parent / "configs" / "atari_ddqn"
-ARMS: tuple[str, ...] = ("uniform", "proportional", "rank", "dqn_uniform", "dqn_rank")
-"""Arm config files (``CONFIG_DIR/arms/<arm>.yaml``), Table 3 of the paper."""
+ARMS: tuple[str, ...] = ("uniform", "proportional", "rank", "dqn_uniform", "dqn_rank", "lap", "laber")
+"""Arm config files (``CONFIG_DIR/arms/<arm>.yaml``): Table 3 of the paper, then LAP and LaBER."""
+ABLATION_ARMS: tuple[str, ...] = ("uniform", "proportional", "rank", "lap", "laber")
+"""The Double DQN arms of the replay ablation (``recipes/replay_ablation.py``)."""
 PAPER_ARMS: tuple[str, ...] = ("uniform", "proportional", "rank")
 """The Double DQN arms of the paper's headline (Figs. 9-10): a sweep's default."""
 Replay = Literal["uniform", "proportional", "rank"]
 Algorithm = Literal["double_dqn", "dqn"]
+PriorityRule = Literal["abs_td", "lap"]
+Sampling = Literal["replay", "laber"]
 Network = Literal["nature_cnn", "minatar_cnn", "mlp"]
 Optimizer = Literal["dqn_rmsprop", "rmsprop", "adam"]
 
@@ -102,7 +113,8 @@ class DDQNConfig:
     family's preset and the arm's file, e.g. 'atari100k'; None: the family's preset alone."""
     arm: str = "proportional"
     """The arm's name: on the command line it loads recipes/configs/atari_ddqn/arms/<arm>.yaml
-    (uniform, proportional, rank, dqn_uniform, dqn_rank); names run directories and sweep curves."""
+    (uniform, proportional, rank, dqn_uniform, dqn_rank, lap, laber); names run directories and
+    sweep curves."""
     algorithm: Algorithm = "double_dqn"
     """'double_dqn': bootstrap Q_target(S, argmax_a Q(S, a)); 'dqn': max_a Q_target(S, a)."""
     replay: Replay = "proportional"
@@ -135,6 +147,18 @@ class DDQNConfig:
     """IS exponent β at the first update, annealed linearly to beta_end."""
     beta_end: float = 1.0
     """β at the end of training (prioritized Double DQN arms 1, Table 3)."""
+    priority_rule: PriorityRule = "abs_td"
+    """The priority written for a replayed transition: 'abs_td' ``p = |δ|`` (clipped with clip_td;
+    the sampler adds ε), or 'lap' ``p = max(|δ|, κ)`` with the unclipped δ, no ε, and the loss a
+    Huber loss at κ (Fujimoto, Meger & Precup 2020, LAP; needs replay 'proportional')."""
+    lap_kappa: float = 1.0
+    """κ of LAP: the priority floor and the Huber threshold (their paper and non-Atari code: 1)."""
+    sampling: Sampling = "replay"
+    """'replay': draw the minibatch from the sampler (Algorithm 1); 'laber': LaBER-mean (Lahire,
+    Geist & Rachelson 2022): draw laber_m·k transitions uniformly (needs replay 'uniform'), score
+    them with |δ| and keep k ∝ |δ|, weighted mean|δ| / |δ_i|; nothing is written back."""
+    laber_m: int = 4
+    """LaBER's large-batch factor m: laber_m·batch_size transitions scored per update (paper: 4)."""
     priority_eps: float = 0.01
     """ε of p = |δ| + ε (proportional; "a small positive constant", Sec. 3.3).  0.01, not 1e-6: with
     the memory's max weight (App. B.2.1) a slot with |δ| ≈ 0 and ε = 1e-6 shrinks every other
@@ -237,14 +261,23 @@ class DDQNConfig:
         cli.one_of(self, "algorithm", ("double_dqn", "dqn"))
         cli.one_of(self, "replay", ("uniform", "proportional", "rank"))
         cli.one_of(self, "weight_norm", ("memory", "batch"))
+        cli.one_of(self, "priority_rule", ("abs_td", "lap"))
+        cli.one_of(self, "sampling", ("replay", "laber"))
+        if self.priority_rule == "lap":  # p = max(|δ|, κ) only means LAP under P(i) ∝ p_i^α
+            cli.require(self.replay == "proportional", "replay", "be proportional with priority_rule=lap",
+                        self.replay)  # fmt: skip
+        if self.sampling == "laber":  # LaBER's large batch is uniform; it stores no priorities
+            cli.require(self.replay == "uniform", "replay", "be uniform with sampling=laber", self.replay)
+            cli.require(not self.diagnostics, "diagnostics", "be false with sampling=laber (no priorities)",
+                        self.diagnostics)  # fmt: skip
         check_env(self.env)  # Pendulum-v1 used to get as far as an AttributeError on its action space
         cli.at_least(
             self, 1, "batch_size", "threads", "env_threads", "total_steps", "num_envs", "memory_size",
             "n_step", "replay_period", "target_update_period", "eval_every", "eval_steps",
-            "eval_episodes", "eval_envs", "log_every", "checkpoint_every", "eps_decay_steps",
+            "eval_episodes", "eval_envs", "log_every", "checkpoint_every", "eps_decay_steps", "laber_m",
         )  # fmt: skip
         cli.at_least(self, 0, "learning_starts", "noop_max", "alpha", "alpha_end", "seed")
-        cli.positive(self, "lr", "lr_divisor", "priority_eps", "rmsprop_eps")
+        cli.positive(self, "lr", "lr_divisor", "priority_eps", "rmsprop_eps", "lap_kappa")
         for name in ("gamma", "beta0", "beta_end", "eps_start", "eps_end", "eval_epsilon", "rmsprop_decay"):
             cli.in_range(self, name, 0.0, 1.0)
         if self.time_budget_s is not None:
@@ -461,6 +494,11 @@ def dqn_td_error(
     return target - q_taken
 
 
+TD_ERRORS = {"double_dqn": double_dqn_td_error, "dqn": dqn_td_error}
+LABER_EPS = 1e-6
+"""Added to LaBER's scores |δ| so that a large batch of zero errors still keeps k (then uniformly)."""
+
+
 class Batch(NamedTuple):
     """One minibatch as tensors on the networks' device (``draw.weights`` as ``weights``)."""
 
@@ -487,17 +525,45 @@ def as_batch(sample: Any, weights: Any, device: torch.device) -> Batch:
 def td_loss(q: nn.Module, q_target: nn.Module, cfg: DDQNConfig) -> LossFn:
     """``batch -> (loss, |δ|)`` for :class:`~recipes.dqn_update.OptimizerStep`: the loss whose
     gradient step is ``θ ← θ + η Σ_j w_j δ_j ∇θ Q(S_{j−1}, A_{j−1})`` (Algorithm 1, lines 11-15),
-    and the new priorities ``|δ_j|`` (clipped as the update clips them)."""
-    td_error = double_dqn_td_error if cfg.algorithm == "double_dqn" else dqn_td_error
+    and the new priorities: ``|δ_j|`` (clipped as the update clips them), or LAP's
+    ``max(|δ_j|, κ)`` of the unclipped δ with the Huber loss at κ (``priority_rule='lap'``)."""
+    td_error = TD_ERRORS[cfg.algorithm]
+    lap = cfg.priority_rule == "lap"
+    kappa = cfg.lap_kappa if lap else 1.0  # LAP: Huber at κ; κ = 1 is clip_td's Huber, the same loss
 
     def loss_and_priorities(batch: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         obs, action, reward, discount, next_obs, weights = batch
         delta = td_error(q, q_target, obs, action, reward, discount, next_obs)
-        loss = weighted_td_loss(delta, weights, cfg.clip_td, cfg.loss_reduction)
+        loss = weighted_td_loss(delta, weights, cfg.clip_td or lap, cfg.loss_reduction, kappa=kappa)
+        if lap:  # PER: LAP's p = max(|δ|, κ) of the unclipped δ (clipped, every |δ| >= 1 would tie at κ)
+            return loss, lap_priorities(delta, kappa)
         delta = delta.detach()
         return loss, (delta.clamp(-1.0, 1.0) if cfg.clip_td else delta).abs()
 
     return loss_and_priorities
+
+
+def laber_batch(
+    sample: Any, candidates: np.ndarray, laber: LaBER, q: nn.Module, q_target: nn.Module, cfg: DDQNConfig,
+    device: torch.device,
+) -> tuple[Batch, np.ndarray]:  # fmt: skip
+    """LaBER-mean (Lahire, Geist & Rachelson 2022, Alg. 1): the kept minibatch and its slots.
+
+    ``sample`` holds the ``m·B`` transitions drawn uniformly (slots ``candidates``).  One forward
+    without gradient scores each by ``s_i = |δ_i|`` (clipped as the update clips it: the norm of
+    the loss's gradient in ``Q``), then ``B`` are kept with ``q_i = s_i / Σ_k s_k`` and weighted
+    ``w_i = mean_k s_k / s_i`` (:meth:`prisample.LaBER.select`), so that the kept batch's weighted
+    gradient is an unbiased estimate of the large batch's mean gradient.
+    """
+    large = as_batch(sample, np.ones(len(candidates), dtype=np.float32), device)
+    with torch.no_grad():
+        delta = TD_ERRORS[cfg.algorithm](q, q_target, *large[:5])
+    scores = (delta.clamp(-1.0, 1.0) if cfg.clip_td else delta).abs()
+    kept = laber.select(candidates, scores.double().cpu().numpy())
+    rows = torch.as_tensor(kept.positions, device=device)
+    obs, action, reward, discount, next_obs = (column.index_select(0, rows) for column in large[:5])
+    weights = torch.as_tensor(kept.weights, device=device)
+    return Batch(obs, action, reward, discount, next_obs, weights), kept.indices
 
 
 def make_learner(
@@ -510,18 +576,20 @@ def make_learner(
 
 
 def weighted_td_loss(
-    delta: torch.Tensor, weights: torch.Tensor, clip_td: bool, reduction: str
+    delta: torch.Tensor, weights: torch.Tensor, clip_td: bool, reduction: str, *, kappa: float = 1.0
 ) -> torch.Tensor:
     """Loss whose gradient is ``−Σ_j w_j clip(δ_j) ∇Q_j`` (Algorithm 1, line 13, with δ clipped, Sec. 4).
 
-    With ``clip_td`` the per-item loss is the Huber loss (quadratic for |δ| ≤ 1, linear beyond),
-    whose derivative in ``Q`` is ``−clip(δ, −1, 1)``; without it ``δ²/2``.  ``"mean"`` divides by k.
+    With ``clip_td`` the per-item loss is the Huber loss at ``κ`` (quadratic ``δ²/2`` for |δ| ≤ κ,
+    linear ``κ(|δ| − κ/2)`` beyond), whose derivative in ``Q`` is ``−clip(δ, −κ, κ)``; κ = 1 is the
+    paper's TD clipping and LAP's loss (Fujimoto et al. 2020, :func:`prisample.losses.lap_loss`, up to
+    the reduction); without ``clip_td`` ``δ²/2``.  ``"mean"`` divides by k.
     ``delta`` is ``(k,)``, or ``(agents, k)`` for stacked agents: the sum of their losses, each of
     which reaches only its own agent's parameters.
     """
     magnitude = delta.abs()
     if clip_td:
-        per_item = torch.where(magnitude <= 1.0, 0.5 * delta**2, magnitude - 0.5)
+        per_item = torch.where(magnitude <= kappa, 0.5 * delta**2, kappa * (magnitude - 0.5 * kappa))
     else:
         per_item = 0.5 * delta**2
     total = (weights * per_item).sum()
@@ -654,11 +722,17 @@ def train(cfg: DDQNConfig) -> RunResult:
     replay = PrioritizedReplay(
         cfg.memory_size, spec.obs_shape[1:] if spec.frame_stack > 1 else spec.obs_shape,
         frame_stack=spec.frame_stack, obs_dtype=spec.obs_dtype, num_streams=cfg.num_envs,
-        n_step=cfg.n_step, alpha=cfg.alpha, beta=cfg.beta0, eps=cfg.priority_eps,
+        n_step=cfg.n_step, alpha=cfg.alpha, beta=cfg.beta0,
         weight_norm=cfg.weight_norm, backend=cfg.replay, seed=cfg.seed,
+        eps=0.0 if cfg.priority_rule == "lap" else cfg.priority_eps,  # PER: LAP's p = max(|δ|, κ) > 0
         device=device if cfg.replay_on_device and device.type == "cuda" else None,
     )  # fmt: skip
     diagnostics = Diagnostics(cfg.memory_size) if cfg.diagnostics else None  # PER: M_i, Figs. 10-11
+    # PER: LaBER draws m·B uniformly (the 'uniform' replay) and keeps B ∝ |δ| (a stream of its own)
+    laber = None
+    if cfg.sampling == "laber":
+        laber_seed = int(np.random.SeedSequence([cfg.seed, 2]).generate_state(1)[0])
+        laber = LaBER(cfg.batch_size, cfg.laber_m, eps=LABER_EPS, seed=laber_seed)
     rng = np.random.default_rng([cfg.seed, 1])
     logger = Logger(run_dir(cfg), cfg.tensorboard, resume=cfg.resume)
     scores = load_atari_scores().get(atari_rom(cfg.env)) if env_family(cfg.env) == "atari" else None
@@ -667,7 +741,8 @@ def train(cfg: DDQNConfig) -> RunResult:
         max_episodes=cfg.eval_episodes, seed=cfg.seed, device=device, scores=scores, logger=logger,
         run_dir=run_dir(cfg),
     )  # fmt: skip
-    parts = dict(q=q, q_target=q_target, optimizer=optimizer, replay=replay, rng=rng, evaluator=evaluator)
+    parts = dict(q=q, q_target=q_target, optimizer=optimizer, replay=replay, rng=rng, evaluator=evaluator,
+                 laber=laber)  # fmt: skip
     state, env = resume(cfg, load_checkpoint(run_dir(cfg) / "checkpoint.pt", device), env, parts)
     timer, window, rate = state.timer, state.window, StepRate(state.step)
     bar = tqdm(total=cfg.total_steps, initial=state.step, desc=f"{cfg.env} {cfg.arm}", unit="step",
@@ -684,8 +759,10 @@ def train(cfg: DDQNConfig) -> RunResult:
             indices, values = pending.pop(0)
             with timer("learn"):  # waits for the GPU
                 host = values.wait()
-            with timer("update_priorities"):
-                replay.update_priorities(indices, host[:-3])  # PER: p_j ← |δ_j| (line 12)
+            if laber is None:  # LaBER stores no priorities: it scores its large batch afresh
+                with timer("update_priorities"):
+                    # PER: p_j ← |δ_j| (line 12), or LAP's max(|δ_j|, κ) (priority_rule, in td_loss)
+                    replay.update_priorities(indices, host[:-3])
             if diagnostics is not None:
                 diagnostics.on_update(indices, host[:-3])
             # PER: the loss, mean |δ|, and the weights' mean and minimum
@@ -703,15 +780,19 @@ def train(cfg: DDQNConfig) -> RunResult:
                 replay.sampler.alpha = alpha  # PER: α annealed (dqn_rank: 0.5 → 0, Table 3)
             replay.sampler.beta = beta  # PER: β annealed β0 → 1 over training (Sec. 3.4)
             with timer("sample"):
-                sample, draw = replay.sample(cfg.batch_size)  # PER: j ~ P(j) = p_j^α / Σ_i p_i^α (line 9)
+                # PER: j ~ P(j) = p_j^α / Σ_i p_i^α (line 9); LaBER: m·k uniform candidates
+                sample, draw = replay.sample(cfg.batch_size if laber is None else laber.large_batch_size)
             if diagnostics is not None:
                 diagnostics.on_draw(step, draw)
             with timer("learn"):  # PER: w_j = (N·P(j))^-β / max_i w_i (line 10), Δ += w_j δ_j ∇Q
-                batch = as_batch(sample, draw.weights, device)
+                if laber is None:
+                    batch, indices = as_batch(sample, draw.weights, device), draw.indices
+                else:  # PER: LaBER keeps k of the m·k ∝ |δ|, w_i = mean|δ| / |δ_i|
+                    batch, indices = laber_batch(sample, draw.indices, laber, q, q_target, cfg, device)
                 loss, td_abs = learner(batch)
                 w = batch.weights
                 pending.append(
-                    (draw.indices, copier.start(td_abs, loss.view(1), w.mean().view(1), w.min().view(1)))
+                    (indices, copier.start(td_abs, loss.view(1), w.mean().view(1), w.min().view(1)))
                 )
             # defer_priorities: this update's priorities are written after the next update's draw
             write_priorities(keep=1 if cfg.defer_priorities else 0)
@@ -803,6 +884,7 @@ def checkpoint(cfg: DDQNConfig, state: LoopState, env: Any, parts: dict[str, Any
         "replay": parts["replay"].state_dict(include_memory=cfg.checkpoint_memory),
         "rng": parts["rng"].bit_generator.state, "evaluator": parts["evaluator"].state_dict(),
         "torch_rng": torch.get_rng_state(), "loop": state, "env": env_blob,
+        "laber": parts["laber"].state_dict() if parts["laber"] is not None else None,
     }  # fmt: skip
 
 
@@ -825,6 +907,8 @@ def resume(
         state.refill_until = state.step + cfg.learning_starts
     parts["rng"].bit_generator.state = ck["rng"]
     parts["evaluator"].load_state_dict(ck["evaluator"])
+    if parts["laber"] is not None and ck.get("laber") is not None:
+        parts["laber"].load_state_dict(ck["laber"])
     torch.set_rng_state(ck["torch_rng"])
     if ck["env"] is not None:  # gymnasium environments pickle; ALE's vector env does not
         env.close()

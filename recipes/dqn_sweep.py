@@ -56,7 +56,7 @@ class SweepConfig(DDQNConfig):
     over both, for every arm."""
 
     arms: tuple[str, ...] = PAPER_ARMS
-    """Arms to run, a comma list (``uniform,rank``; also dqn_uniform, dqn_rank)."""
+    """Arms to run, a comma list (``uniform,rank``; also dqn_uniform, dqn_rank, lap, laber)."""
     seeds: int = 3
     """Seeds per arm: seed, seed + 1, ..."""
     jobs: int = 1
@@ -251,8 +251,9 @@ def to_json(curves: dict[str, Any]) -> str:
 
 
 STYLE = {"uniform": ("black", "uniform (Double DQN)"), "proportional": ("blue", "proportional"),
-         "rank": ("red", "rank-based")}  # fmt: skip
-"""The paper's colours (Figs. 9-10)."""
+         "rank": ("red", "rank-based"), "lap": ("green", "LAP"),
+         "laber": ("orange", "LaBER-mean")}  # fmt: skip
+"""The paper's colours (Figs. 9-10), then the ablation's LAP and LaBER."""
 
 
 def curve_stats(returns: list[list[float | None]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -409,7 +410,8 @@ def write_markdown(
     lines += [f"| {k} | `{v}` |" for k, v in resolved.items() if k not in skip]
     lines += [
         "",
-        "α and β per arm: uniform α = 0, β = 0; proportional α = 0.6, β 0.4 → 1; rank α = 0.7, β 0.5 → 1, "
+        "α and β per arm: uniform α = 0, β = 0; proportional α = 0.6, β 0.4 → 1; rank α = 0.7, β 0.5 → 1; "
+        "lap p = max(|δ|, 1), α = 0.4, β = 0; laber m = 4 (uniform large batch, weights mean|δ| / |δ_i|); "
         "unless given on the command line.",
         "",
         f"![{path.stem}]({path.stem}.png)",

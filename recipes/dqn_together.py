@@ -110,6 +110,12 @@ def check_together(cfgs: list[DDQNConfig]) -> None:
             raise ValueError(
                 f"{name} should be the same for every agent trained together, but got {sorted(values)}"
             )
+    for c in cfgs:  # the stacked loop draws from the sampler and writes |δ|: no LaBER, no LAP rule
+        if c.sampling != "replay" or c.priority_rule != "abs_td":
+            raise ValueError(
+                f"arm should be one whose sampling is 'replay' and priority_rule 'abs_td' to train agents "
+                f"together (python -m recipes.atari_ddqn train runs it), but got arm={c.arm!r}"
+            )
     if cfgs[0].optimizer != "dqn_rmsprop":
         raise ValueError(
             f"optimizer should be dqn_rmsprop to train agents together, but got {cfgs[0].optimizer!r}"
