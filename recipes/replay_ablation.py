@@ -21,8 +21,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from recipes import cli
-from recipes.atari_ddqn import ABLATION_ARMS, ARMS, DDQNConfig
+from recipes.atari_ddqn import ABLATION_ARMS, ARMS, CONFIG_DIR, DDQNConfig
+from recipes.dqn_envs import env_family
 from recipes.dqn_sweep import SweepConfig, sweep
 
 CARTPOLE = "CartPole-v1"
@@ -80,6 +83,10 @@ def sweep_configs(config: AblationConfig) -> list[SweepConfig]:
         )  # fmt: skip
         if minatar:
             values.update(eval_every=10_000, eval_steps=config.minatar_eval_steps)
+        # the family's replay start: a sweep's own check (total_steps > learning_starts) would
+        # otherwise compare against the Atari default of 50,000
+        family = yaml.safe_load((CONFIG_DIR / f"{env_family(env)}.yaml").read_text())
+        values["learning_starts"] = family["learning_starts"]
         values.update(config.overrides or {})
         sweeps.append(SweepConfig(**values))
     return sweeps

@@ -221,3 +221,12 @@ def test_ablation_writes_a_table_and_plot_per_env(tmp_path: Path) -> None:
         table = (out / f"{env}.md").read_text()
         assert "| lap |" in table and "| laber |" in table
         assert (out / f"{env}.png").stat().st_size > 0
+
+
+def test_default_scale_builds_with_each_familys_replay_start() -> None:
+    """The default 50,000 CartPole steps used to be refused against the Atari replay start (50,000)."""
+    from recipes.replay_ablation import AblationConfig, sweep_configs
+
+    sweeps = {s.env: s for s in sweep_configs(AblationConfig())}
+    assert sweeps["CartPole-v1"].learning_starts == 1000
+    assert sweeps["MinAtar/Breakout-v1"].learning_starts == 5000
