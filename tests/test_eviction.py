@@ -306,10 +306,11 @@ def test_a_rejected_add_changes_nothing() -> None:
 
 
 def test_short_frame_pool_stays_consistent() -> None:
-    """Default frame pool under frame stacking: scattered survivors keep their own frames, the pool
-    runs short and extra transitions leave oldest first; every invariant still holds."""
+    """A small frame pool under frame stacking: scattered survivors keep their own frames, the
+    pool runs short and extra transitions leave in ring order; every invariant still holds."""
     rng = np.random.default_rng(3)
-    replay = make(16, 4, 2, "proportional", frame_capacity=None)
+    replay = make(16, 4, 2, "proportional", frame_capacity=16 + 2 * 4 * 3 + 4)
+    short = False
     env = Streams(rng, 4, 2)
     for step in range(300):
         t = env.step(int(rng.integers(2)))
@@ -318,6 +319,15 @@ def test_short_frame_pool_stays_consistent() -> None:
             _, draw = replay.sample(4)
             replay.update_priorities(draw.indices, rng.random(4))
         replay.check_valid()
+        short |= len(replay) < 16 and step >= 16
+    assert short
+
+
+def test_default_frame_pool_holds_scattered_survivors() -> None:
+    replay = make(10, 4, 3, "proportional", frame_capacity=None)
+    assert replay.memory.frame_capacity == 5 * 10 + 2 * 4 * 4
+    fifo = PrioritizedReplay(10, FRAME, frame_stack=4, obs_dtype=np.float32, num_streams=3)
+    assert fifo.memory.frame_capacity == 2 * 10 + 2 * 4 * 4
 
 
 def test_dict_observations_move_with_their_transitions() -> None:

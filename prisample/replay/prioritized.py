@@ -17,6 +17,7 @@ from prisample._validation import as_indices, as_priorities, check_positive_int,
 from prisample.replay._checks import as_state_array, check_keys
 from prisample.replay.batch import ReplayBatch
 from prisample.replay.eviction import PriorityEviction, check_eviction
+from prisample.replay.frames import reserve_rows
 from prisample.replay.memory import CheckedState, Inserted, ReplayMemory
 from prisample.sampler import Draw, PrioritizedSampler
 from prisample.weights import LinearSchedule, WeightNorm
@@ -56,9 +57,12 @@ class PrioritizedReplay:
     :mod:`prisample.replay.eviction`).  A new transition enters at the maximum priority, so it is
     never the one evicted while an older one is live.  The evicted transition's slot takes the
     oldest survivor, which keeps its number (``batch.generation``) and priority: an update sent
-    for it to its old slot is dropped like any stale one.  ``n_step = 1`` only.  When the frame
-    pool runs short (many episode starts, see :class:`ReplayMemory`) extra transitions leave
-    oldest first, as under ``"fifo"``.
+    for it to its old slot is dropped like any stale one.  ``n_step = 1`` only.  Survivors are
+    scattered in time, so under frame stacking a transition may keep ``frame_stack + 1`` frames
+    of its own: ``frame_capacity`` then defaults to ``(frame_stack + 1) · capacity +
+    2·frame_stack·(num_streams + 1)`` rows (about 2.4 frames per transition were used with random
+    priorities).  With a smaller ``frame_capacity`` the pool may run short, and then extra
+    transitions leave in ring order (oldest position first), as under ``"fifo"``.
 
     Thread-safe: every public method holds :attr:`lock` (the sampler's reentrant lock) for its
     whole effect — the memory write with the sampler's removals and additions, the draw with the
@@ -106,6 +110,17 @@ class PrioritizedReplay:
             raise ValueError(
                 f"eviction='priority' needs n_step=1 (an open n-step window names the slots after it), "
                 f"but got eviction={eviction!r} with n_step={n_step!r}"
+            )
+        if (
+            self.eviction == "priority"
+            and frame_capacity is None
+            and frame_stack != 1
+            and not isinstance(obs_shape, Mapping)
+        ):
+            # survivors are scattered, so each may hold frame_stack + 1 frames of its own
+            stack = check_positive_int(frame_stack, "frame_stack")
+            frame_capacity = (stack + 1) * check_positive_int(capacity, "capacity") + reserve_rows(
+                stack, check_positive_int(num_streams, "num_streams")
             )
         self.sampler = PrioritizedSampler(
             check_positive_int(capacity, "capacity"), alpha=alpha, beta=beta, eps=eps,
