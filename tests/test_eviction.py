@@ -249,6 +249,8 @@ def test_state_dict_round_trip_continues_exactly(backend: str) -> None:
     run_sequence(clone, twin_ref, r2, 60, 2, env2)
     np.testing.assert_array_equal(replay.sampler.priorities, clone.sampler.priorities)
     np.testing.assert_array_equal(replay.generations(np.arange(6)), clone.generations(np.arange(6)))
+    twin = pickle.loads(pickle.dumps(replay))  # the order must keep sharing its keys after a copy
+    run_sequence(twin, copy.deepcopy(ref), np.random.default_rng(8), 40, 2, copy.deepcopy(env))
 
 
 def test_fifo_states_load_and_priority_states_do_not_load_into_fifo() -> None:

@@ -392,7 +392,7 @@ class PrioritizedReplay:
         with self.lock:
             current = self.memory.live_generations(slots)
             if self._evictor is not None:
-                current = np.where(current >= 0, self._evictor.numbers[self.memory._slots(slots)], -1)
+                current = np.where(current >= 0, self._evictor.numbers[as_indices(slots, "slots")], -1)
             return current
 
     def check_valid(self) -> None:
