@@ -13,6 +13,9 @@ One job per module:
 ``prioritized``
     :class:`PrioritizedReplay`: a memory and a :class:`~prisample.PrioritizedSampler` over its
     slots (Schaul et al. 2016, Algorithm 1), joined by the memory's public methods; thread-safe.
+``eviction``
+    :class:`~prisample.replay.eviction.PriorityEviction`: which transition a full memory evicts
+    under ``PrioritizedReplay(eviction="priority")`` (lowest priority, oldest among equals).
 ``prefetch``
     :class:`Prefetcher`: the next batches drawn and gathered in a background thread.
 """

@@ -291,6 +291,15 @@ class Columns:
             at += y - x
         self._pinned.done(i)
 
+    def resend(self, rows: npt.NDArray[np.int64]) -> None:
+        """Copy ``rows`` to the device mirror now: rows rewritten out of ring order (a
+        :meth:`~prisample.replay.memory.ReplayMemory.swap_slots`); rows not yet synced are copied
+        again at the next :meth:`sync`, from the same host bytes."""
+        if self.device is None or rows.shape[0] == 0:
+            return
+        index = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(self.device)
+        self.mirror.index_copy_(0, index, torch.from_numpy(self._packed[rows]).to(self.device))
+
     def gather(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every column at ``slots`` (an int64 tensor on the device): views of one gathered array."""
         rows = self.mirror.index_select(0, slots)

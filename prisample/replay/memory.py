@@ -628,6 +628,39 @@ class ReplayMemory:
         live[stream] = True
         return slot, n, continued
 
+    def swap_slots(self, a: int, b: int) -> None:
+        """Exchange the transitions held in live slots ``a`` and ``b``: their frame rows (so
+        their frames, whose reference counts are unchanged), action, reward, discount, extras
+        and dict observations.  Each slot keeps its generation (its number in the ring), so the
+        ring evicts the transition now in the older slot first: this is how a
+        :class:`~prisample.replay.PrioritizedReplay` with ``eviction="priority"`` makes the
+        transition it chose leave next.  ``n_step = 1`` only (n-step windows name slots).
+        """
+        if self._nstep is not None:
+            raise ValueError(
+                f"swap_slots needs n_step=1 (windows name their slots), but got n_step={self.n_step}"
+            )
+        idx = self._slots([a, b])
+        dead = self._generation[idx] < self._tail
+        if dead.any():
+            j = int(np.argmax(dead))
+            raise ValueError(f"swap_slots should name live slots, but got slot {idx[j]} (empty)")
+        if idx[0] == idx[1]:
+            return
+        both, back = idx, idx[::-1]
+        swapped = [self._obs_rows, self._next_rows]
+        swapped += [a for name, a in self._columns.host.items() if name != "generation"]
+        if self._storage is not None:
+            swapped += [
+                a for name, a in self._storage.columns.items() if name.startswith(("obs.", "next_obs."))
+            ]
+        for array in swapped:
+            array[both] = array[back]
+        self._columns.resend(both)
+        if self._storage is not None:
+            for cols in self._storage.mirrors:
+                cols.resend(both)
+
     def _one_obs(self, value: Any, name: str, dtype: DTypes) -> Any:
         """One observation checked and cast: machine words for array observations (once the pool
         exists; the cast array before), a dict of arrays for dict observations."""

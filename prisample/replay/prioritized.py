@@ -16,6 +16,8 @@ import torch
 from prisample._validation import as_indices, as_priorities, check_positive_int, to_numpy
 from prisample.replay._checks import as_state_array, check_keys
 from prisample.replay.batch import ReplayBatch
+from prisample.replay.eviction import PriorityEviction, check_eviction
+from prisample.replay.frames import reserve_rows
 from prisample.replay.memory import CheckedState, Inserted, ReplayMemory
 from prisample.sampler import Draw, PrioritizedSampler
 from prisample.weights import LinearSchedule, WeightNorm
@@ -23,9 +25,10 @@ from prisample.weights import LinearSchedule, WeightNorm
 if TYPE_CHECKING:
     from prisample.replay.prefetch import Prefetcher
 
-# PrioritizedReplay's state; 2 adds memory_head and memory_tail (the memory it was saved with).
-REPLAY_STATE_VERSION = 2
-_LOADABLE_REPLAY_VERSIONS = (1, 2)
+# PrioritizedReplay's state; 2 adds memory_head and memory_tail (the memory it was saved with), 3
+# adds eviction and numbers (the transitions' numbers under eviction="priority", else None).
+REPLAY_STATE_VERSION = 3
+_LOADABLE_REPLAY_VERSIONS = (1, 2, 3)
 
 IntArray = npt.NDArray[np.int64]
 
@@ -47,6 +50,19 @@ class PrioritizedReplay:
     recorded at the slot's most recent draw.  Without ``generations=``, a stale update that
     arrives after its slot was rewritten *and drawn again* cannot be told from a fresh one; pass
     ``generations=batch["generation"]`` when updates may lag behind later draws.
+
+    ``eviction="fifo"`` (the default) evicts the oldest transition when the memory is full;
+    ``eviction="priority"`` evicts the live transition of lowest raw priority, the oldest among
+    equal priorities (Schaul et al. 2016, Sec. 6, "Prioritized Memories"; see
+    :mod:`prisample.replay.eviction`).  A new transition enters at the maximum priority, so it is
+    never the one evicted while an older one is live.  The evicted transition's slot takes the
+    oldest survivor, which keeps its number (``batch.generation``) and priority: an update sent
+    for it to its old slot is dropped like any stale one.  ``n_step = 1`` only.  Survivors are
+    scattered in time, so under frame stacking a transition may keep ``frame_stack + 1`` frames
+    of its own: ``frame_capacity`` then defaults to ``(frame_stack + 1) · capacity +
+    2·frame_stack·(num_streams + 1)`` rows (about 2.4 frames per transition were used with random
+    priorities).  With a smaller ``frame_capacity`` the pool may run short, and then extra
+    transitions leave in ring order (oldest position first), as under ``"fifo"``.
 
     Thread-safe: every public method holds :attr:`lock` (the sampler's reentrant lock) for its
     whole effect — the memory write with the sampler's removals and additions, the draw with the
@@ -86,7 +102,26 @@ class PrioritizedReplay:
         backend: str = "proportional",
         weight_norm: WeightNorm = "memory",
         seed: int | None = None,
+        eviction: str = "fifo",
     ) -> None:
+        self.eviction = check_eviction(eviction)
+        """``"fifo"``: the oldest transition leaves a full memory; ``"priority"``: the lowest."""
+        if self.eviction == "priority" and n_step != 1:
+            raise ValueError(
+                f"eviction='priority' needs n_step=1 (an open n-step window names the slots after it), "
+                f"but got eviction={eviction!r} with n_step={n_step!r}"
+            )
+        if (
+            self.eviction == "priority"
+            and frame_capacity is None
+            and frame_stack != 1
+            and not isinstance(obs_shape, Mapping)
+        ):
+            # survivors are scattered, so each may hold frame_stack + 1 frames of its own
+            stack = check_positive_int(frame_stack, "frame_stack")
+            frame_capacity = (stack + 1) * check_positive_int(capacity, "capacity") + reserve_rows(
+                stack, check_positive_int(num_streams, "num_streams")
+            )
         self.sampler = PrioritizedSampler(
             check_positive_int(capacity, "capacity"), alpha=alpha, beta=beta, eps=eps,
             backend=backend, weight_norm=weight_norm, size=0, seed=seed,
@@ -98,6 +133,7 @@ class PrioritizedReplay:
         )  # fmt: skip
         self._drawn = np.full(self.memory.capacity, -1, dtype=np.int64)  # generation at last draw
         self.dropped_updates = 0
+        self._evictor = PriorityEviction(self.memory.capacity) if self.eviction == "priority" else None
 
     @property
     def lock(self) -> threading.RLock:
@@ -117,7 +153,8 @@ class PrioritizedReplay:
     def nbytes(self) -> int:
         """Bytes held by the memory, the sampler and the draw record."""
         with self.lock:
-            return self.memory.nbytes + self.sampler.nbytes + self._drawn.nbytes
+            extra = 0 if self._evictor is None else self._evictor.nbytes
+            return self.memory.nbytes + self.sampler.nbytes + self._drawn.nbytes + extra
 
     def add(
         self,
@@ -135,9 +172,14 @@ class PrioritizedReplay:
         obs, next_obs, action = _host(obs, "obs"), _host(next_obs, "next_obs"), _host(action, "action")
         extras = {name: _host(value, name) for name, value in extras.items()}
         with self.lock:
-            done = self.memory.insert(obs, action, reward, discount, next_obs, episode_end=episode_end,
-                                      stream=stream, **extras)  # fmt: skip
-            self._admit(done)
+            swaps, head = self._make_room(1), self.memory.num_added
+            try:
+                done = self.memory.insert(obs, action, reward, discount, next_obs, episode_end=episode_end,
+                                          stream=stream, **extras)  # fmt: skip
+            except BaseException:
+                self._unmake_room(swaps)
+                raise
+            self._admit(done, swaps, head)
         return int(done.slots[0])
 
     def add_many(
@@ -157,10 +199,22 @@ class PrioritizedReplay:
         reward, discount = _host(reward, "reward"), _host(discount, "discount")
         extras = {name: _host(value, name) for name, value in extras.items()}
         with self.lock:
-            done = self.memory.insert_many(
-                obs, action, reward, discount, next_obs, episode_end=episode_end, streams=streams, **extras
-            )
-            self._admit(done)
+            swaps, head = self._make_room(_leading(reward)), self.memory.num_added
+            try:
+                done = self.memory.insert_many(
+                    obs,
+                    action,
+                    reward,
+                    discount,
+                    next_obs,
+                    episode_end=episode_end,
+                    streams=streams,
+                    **extras,
+                )
+            except BaseException:
+                self._unmake_room(swaps)
+                raise
+            self._admit(done, swaps, head)
         return done.slots
 
     def add_vector_step(
@@ -182,20 +236,52 @@ class PrioritizedReplay:
         obs, next_obs, reward = _host(obs, "obs"), _host(next_obs, "next_obs"), _host(reward, "reward")
         extras = {name: _host(value, name) for name, value in extras.items()}
         with self.lock:
-            done = self.memory.insert_vector_step(
-                obs, action, reward, terminated, truncated, next_obs, infos, gamma=gamma,
-                autoreset_mode=autoreset_mode, **extras,
-            )  # fmt: skip
-            self._admit(done)
+            swaps, head = self._make_room(_leading(reward)), self.memory.num_added  # at most one per env
+            try:
+                done = self.memory.insert_vector_step(
+                    obs, action, reward, terminated, truncated, next_obs, infos, gamma=gamma,
+                    autoreset_mode=autoreset_mode, **extras,
+                )  # fmt: skip
+            except BaseException:
+                self._unmake_room(swaps)
+                raise
+            self._admit(done, swaps, head)
         return done.slots
 
-    def _admit(self, done: Inserted) -> None:
+    def _make_room(self, n: int) -> list[tuple[int, int]]:
+        """``eviction="priority"``: move the victims of the next ``n`` writes into the ring
+        positions they evict (memory only; :meth:`_admit` tells the sampler)."""
+        if self._evictor is None:
+            return []
+        return self._evictor.arrange(self.memory, n)
+
+    def _unmake_room(self, swaps: list[tuple[int, int]]) -> None:
+        if self._evictor is not None:
+            self._evictor.undo(self.memory, swaps)
+
+    def _admit(self, done: Inserted, swaps: list[tuple[int, int]] | None = None, head: int = 0) -> None:
         """The sampler's side of a write: evicted transitions leave, the new ones enter at the
         maximum priority of what remains.
 
         Transition by transition, in order: each enters at the maximum of the memory it joins.
+        ``swaps`` (``eviction="priority"``) moved transitions before the write; ``head`` is the
+        number of the write's first transition.
         """
         slots, evicted, until = done.slots, done.evicted, done.evicted_until
+        evictor = self._evictor
+        if evictor is not None:
+            evictor.commit(self.sampler, swaps or [])
+            start = 0
+            for i in range(slots.shape[0]):
+                if until[i] > start:
+                    gone = evicted[start : until[i]]
+                    self.sampler.remove(gone)
+                    evictor.removed(gone)
+                    start = int(until[i])
+                priority = self.sampler.max_priority
+                self.sampler.add(slots[i : i + 1])
+                evictor.added(int(slots[i]), priority, head + i)
+            return
         if self.memory.n_step > 1:  # the step's removals, then its completed windows at once
             if evicted.shape[0]:
                 self.sampler.remove(evicted)
@@ -233,7 +319,13 @@ class PrioritizedReplay:
             draw = self.sampler.sample(k)
             batch = self.memory.get(draw.indices, weights=draw.weights)
             generation = batch.generation
-            if not isinstance(generation, np.ndarray):  # on the device: read the host's copy
+            if self._evictor is not None:  # the transitions' numbers (kept when they move)
+                generation = self._evictor.numbers[draw.indices]
+                device_generation: Any = generation.copy()
+                if self.memory.device is not None:
+                    device_generation = torch.from_numpy(device_generation).to(self.memory.device)
+                batch = dataclasses.replace(batch, generation=device_generation)
+            elif not isinstance(generation, np.ndarray):  # on the device: read the host's copy
                 generation = self.memory.generations(draw.indices)
             self._drawn[draw.indices] = generation
         if self.memory.device is not None:  # the weights as the learner needs them: on its device
@@ -269,6 +361,8 @@ class PrioritizedReplay:
         expected = None if generations is None else as_indices(generations, "generations")
         with self.lock:
             current = self.memory.live_generations(idx, "indices")
+            if self._evictor is not None:
+                current = np.where(current >= 0, self._evictor.numbers[idx], -1)
             bad = ~((values >= 0.0) & (values < np.inf))
             if bad.any():
                 j = int(np.argmax(bad))
@@ -283,12 +377,35 @@ class PrioritizedReplay:
                     f"but got {expected.shape[0]}"
                 )
             keep = (current == expected) & (current >= 0)
-            if keep.all():
+            if not keep.all():
+                self.dropped_updates += int(keep.shape[0] - np.count_nonzero(keep))
+                idx, values = idx[keep], values[keep]
+            if idx.shape[0]:
                 self.sampler.update_priorities(idx, values)
-                return
-            self.dropped_updates += int(keep.shape[0] - np.count_nonzero(keep))
-            if keep.any():
-                self.sampler.update_priorities(idx[keep], values[keep])
+                if self._evictor is not None:
+                    self._evictor.updated(idx, values)
+
+    def generations(self, slots: npt.ArrayLike) -> IntArray:
+        """Number of the transition each slot holds, as ``batch.generation`` gives it (``-1``:
+        none).  Under ``eviction="priority"`` a transition keeps its number when it moves to
+        another slot, so this is not always :meth:`ReplayMemory.generations`."""
+        with self.lock:
+            current = self.memory.live_generations(slots)
+            if self._evictor is not None:
+                current = np.where(current >= 0, self._evictor.numbers[as_indices(slots, "slots")], -1)
+            return current
+
+    def check_valid(self) -> None:
+        """Raise ``ValueError`` naming the first broken invariant: the memory's
+        (:meth:`ReplayMemory.check_valid`), the sampler filled exactly in the drawable slots, and
+        under ``eviction="priority"`` the eviction order agreeing with the sampler."""
+        with self.lock:
+            self.memory.check_valid()
+            filled = ~np.isnan(self.sampler.priorities)
+            if not np.array_equal(filled, self.memory.drawable(np.arange(self.capacity))):
+                raise ValueError("sampler should be filled exactly in the memory's drawable slots")
+            if self._evictor is not None:
+                self._evictor.check(self.sampler.priorities)
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self, include_memory: bool = False, *, copy: bool = True) -> dict[str, Any]:
@@ -307,6 +424,8 @@ class PrioritizedReplay:
             "dropped_updates": self.dropped_updates,
             "memory_head": self.memory.num_added,
             "memory_tail": self.memory.num_evicted,
+            "eviction": self.eviction,
+            "numbers": None if self._evictor is None else self._evictor.state_numbers(),
         }
         if include_memory:
             state["memory"] = self.memory.state_dict(copy=copy)
@@ -337,9 +456,16 @@ class PrioritizedReplay:
         keys = {"version", "sampler", "drawn", "dropped_updates"}
         if version >= 2:
             keys |= {"memory_head", "memory_tail"}
+        if version >= 3:
+            keys |= {"eviction", "numbers"}
         check_keys(state, keys | ({"memory"} & state.keys()), "state_dict")
+        eviction = state.get("eviction", "fifo")
+        if eviction not in ("fifo", self.eviction):  # a fifo state loads under either eviction
+            raise ValueError(
+                f"state_dict eviction should be {self.eviction!r} (or 'fifo'), but got eviction={eviction!r}"
+            )
         counts = {}
-        for key in keys - {"version", "sampler", "drawn"}:
+        for key in keys - {"version", "sampler", "drawn", "eviction", "numbers"}:
             value = state[key]
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
                 raise ValueError(f"state_dict {key} should be an integer >= 0, but got {key}={value!r}")
@@ -365,9 +491,14 @@ class PrioritizedReplay:
                 f"state_dict drawn should be int64{list(self._drawn.shape)}, "
                 f"but got {drawn.dtype}{list(drawn.shape)}"
             )
-        # A slot's draw record is -1 or a transition it has held: a number of that slot, not newer.
+        slot_numbers = self._checked_numbers(state.get("numbers"), eviction, generation, live, head)
+        # A slot's draw record is -1 or a transition it has held: a number of that slot, not newer
+        # (under priority eviction transitions move between slots: any number already given out).
         slots = np.arange(self.capacity)
-        held = (drawn == -1) | ((drawn >= 0) & (drawn <= generation) & (drawn % self.capacity == slots))
+        if eviction == "priority":
+            held = (drawn == -1) | ((drawn >= 0) & (drawn < head))
+        else:
+            held = (drawn == -1) | ((drawn >= 0) & (drawn <= generation) & (drawn % self.capacity == slots))
         if not held.all():
             j = int(np.argmin(held))
             raise ValueError(
@@ -394,6 +525,46 @@ class PrioritizedReplay:
             self.memory.commit_state(memory)
         self._drawn[:] = drawn
         self.dropped_updates = counts["dropped_updates"]
+        if self._evictor is not None:
+            self._evictor.load(self.sampler.priorities, slot_numbers)
+
+    def _checked_numbers(
+        self, value: Any, eviction: str, generation: IntArray, live: npt.NDArray[np.bool_], head: int
+    ) -> IntArray:
+        """The transitions' numbers per slot a state gives (``eviction="priority"``), or those of
+        a fifo state: each live slot's generation, ``-1`` elsewhere."""
+        if eviction == "fifo":
+            if value is not None:
+                raise ValueError(
+                    f"state_dict numbers should be None for eviction='fifo', but got {type(value).__name__}"
+                )
+            return np.where(live, generation, -1)
+        numbers = as_state_array(value, "state_dict numbers")
+        if numbers.dtype != np.int64 or numbers.shape != (self.capacity,):
+            raise ValueError(
+                f"state_dict numbers should be int64[{self.capacity}], "
+                f"but got {numbers.dtype}{list(numbers.shape)}"
+            )
+        ok = np.where(live, (numbers >= 0) & (numbers < head), numbers == -1)
+        if not ok.all():
+            j = int(np.argmin(ok))
+            raise ValueError(
+                f"state_dict numbers should be in [0, {head}) in live slots and -1 elsewhere, "
+                f"but got numbers[{j}]={numbers[j]}"
+            )
+        if np.unique(numbers[live]).shape[0] != int(live.sum()):
+            raise ValueError("state_dict numbers should be distinct in the live slots")
+        return numbers
+
+
+def _leading(value: Any) -> int:
+    """Length of the leading axis of a batch argument (0 when it has none: the write will
+    reject it)."""
+    try:
+        shape = tuple(value.shape) if isinstance(value, (np.ndarray, torch.Tensor)) else np.shape(value)
+    except ValueError:  # ragged
+        return 0
+    return int(shape[0]) if len(shape) else 0
 
 
 def _host(value: Any, name: str) -> Any:
