@@ -182,14 +182,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if unknown or not arms:
         parser.error(f"--arms should be a comma-separated subset of {','.join(ARMS)}, but got {args.arms!r}")
     command = "python -m benchmarks.atari_loop " + " ".join(sys.argv[1:] if argv is None else argv)
-    import yaml
+    from recipes import cli
 
-    overrides = {}
-    for item in args.set:
-        name, eq, value = item.partition("=")
-        if not eq:
-            parser.error(f"--set should be FIELD=VALUE, but got {item!r}")
-        overrides[name] = yaml.safe_load(value)
+    try:
+        overrides = cli.field_overrides(args.set)
+    except ValueError as error:
+        parser.error(str(error))
     results = run(args.acting_steps, args.updates, arms, args.device, command.strip(), overrides)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1, default=float) + "\n")

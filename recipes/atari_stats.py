@@ -29,7 +29,6 @@ writes ``<out>.png`` (see :func:`plot`) and ``<out>.md`` (see :func:`table_markd
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -167,15 +166,9 @@ def stratified_bootstrap_ci(
 def load_reference(path: Path | str = REFERENCE_CSV) -> dict[str, dict[str, float | str]]:
     """The reference table keyed by ale-py ROM id: ``{"pong": {"game": "Pong", "random": -20.7,
     "human": 14.6, "drq_eps": -9.06}, ...}``; a score the source does not give is ``nan``."""
-    rows: dict[str, dict[str, float | str]] = {}
-    with Path(path).open() as f:
-        for row in csv.DictReader(line for line in f if not line.startswith("#")):
-            entry: dict[str, float | str] = {"game": row["game"]}
-            for key, value in row.items():
-                if key not in ("game", "rom"):
-                    entry[key] = float(value) if value else math.nan
-            rows[row["rom"]] = entry
-    return rows
+    from recipes.dqn_envs import load_atari_scores  # the same CSV layout as the paper's table
+
+    return load_atari_scores(Path(path))
 
 
 def published_agents(reference: Mapping[str, Mapping[str, float | str]]) -> list[str]:

@@ -198,3 +198,17 @@ def command_line(prog: str, config: object, default: object, skip: Iterable[str]
             shown = str(value)
         args.append(f"--{f.name} {shlex.quote(shown)}")
     return " ".join(args)
+
+
+def field_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """``--set FIELD=VALUE`` items as ``{field: value}``, each value read as YAML (``4000`` an int,
+    ``true`` a bool); ``ValueError`` naming an item without ``=``."""
+    import yaml
+
+    values: dict[str, Any] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            raise ValueError(f"--set should be FIELD=VALUE, but got {item!r}")
+        values[name] = yaml.safe_load(value)
+    return values

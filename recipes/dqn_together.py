@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from tqdm import tqdm  # type: ignore[import-untyped]
 
+from recipes import cli
 from recipes.atari_ddqn import (
     ARMS,
     Batch,
@@ -395,14 +396,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--progress", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    import yaml
-
-    overrides = {}
-    for item in args.set:
-        name, eq, value = item.partition("=")
-        if not eq:
-            parser.error(f"--set should be FIELD=VALUE, but got {item!r}")
-        overrides[name] = yaml.safe_load(value)
+    try:
+        overrides = cli.field_overrides(args.set)
+    except ValueError as error:
+        parser.error(str(error))
     arms = [a for a in args.arms.split(",") if a]
     cfgs = agent_configs(args.env, arms, args.seeds, args.protocol or None, progress=False, **overrides)
     cfgs = [replace(c, tensorboard=False) for c in cfgs]

@@ -66,10 +66,24 @@ def test_loop_order_of_replay_calls(
     assert sequence.count("S") == sequence.count("U") == result.updates == 202
 
 
-def test_deferred_priorities_all_written_and_learns(tmp_path: Path) -> None:
-    """With both options every drawn minibatch's priorities reach the sampler by the end."""
+def test_deferred_priorities_all_written_and_learns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With both options every drawn minibatch's priorities reach the sampler by the end: as many
+    writes as draws (the last one flushed after the loop), and the written values are |δ|."""
+    calls = _record_calls(monkeypatch)
+    priorities: list[np.ndarray] = []
+    original = PrioritizedReplay.update_priorities
+
+    def keep(self: Any, indices: Any, values: Any, **kwargs: Any) -> Any:
+        priorities.append(np.asarray(values, dtype=np.float64))
+        return original(self, indices, values, **kwargs)
+
+    monkeypatch.setattr(PrioritizedReplay, "update_priorities", keep)
     result = train(_cartpole(tmp_path, overlap_env=True, defer_priorities=True, run_name="both"))
-    assert result.updates > 0 and result.steps == 300
+    assert result.steps == 300 and result.updates > 0
+    assert calls.count("S") == calls.count("U") == result.updates == len(priorities)
+    assert calls[-1] == "U"  # the update still in flight at the end is written by the final flush
+    written = np.concatenate(priorities)  # clipped |δ|: in [0, 1], and most below the entry max 1
+    assert written.min() >= 0.0 and written.max() <= 1.0 and (written < 1.0).mean() > 0.5
 
 
 def test_atari100k_protocol_sits_between_family_and_arm() -> None:

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 import recipes.atari_ddqn as ddqn
 from prisample import LaBER
@@ -23,19 +22,9 @@ from recipes.atari_ddqn import (
     train,
     weighted_td_loss,
 )
+from tests.test_atari_ddqn import Table  # Q(s, ·) read from a table
 
 torch.set_num_threads(1)
-
-
-class Table(nn.Module):
-    """``Q(s, ·)`` read from a table (observations are state ids)."""
-
-    def __init__(self, values: list[list[float]]) -> None:
-        super().__init__()
-        self.values = nn.Parameter(torch.tensor(values, dtype=torch.float64))
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.values[obs.long()]
 
 
 def _cartpole(tmp_path: Path, arm: str, **overrides: Any) -> Any:
