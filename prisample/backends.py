@@ -44,6 +44,10 @@ class Backend(Protocol):
     def sample(self, k: int, rng: np.random.Generator) -> tuple[IntArray, FloatArray]: ...
     def probabilities(self, slots: IntArray) -> FloatArray: ...
     def min_probability(self) -> float: ...
+    def total_mass(self) -> float:
+        """The normaliser of ``P(i) = m_i / Σ_k m_k`` over non-empty slots (see each class)."""
+        ...
+
     def max_priority(self) -> float:
         """Largest raw priority of a non-empty slot (NaN when all are empty)."""
         ...
@@ -171,6 +175,10 @@ class ProportionalBackend:
         positive = p[p > 0.0]
         return float(positive.min()) if positive.shape[0] else 0.0
 
+    def total_mass(self) -> float:
+        """``Σ_k (p_k + ε)^α`` over non-empty slots (Eq. 1's denominator)."""
+        return float(self.tree.total())
+
     def max_priority(self) -> float:
         return self.tree.max_raw() if self.count else math.nan
 
@@ -213,6 +221,10 @@ class GreedyBackend:
         return (
             0.0 if self.count > int(np.count_nonzero(self.raw == self.max_priority())) else 1.0 / self.count
         )
+
+    def total_mass(self) -> float:
+        """Number of slots tied at the maximum priority (each has mass 1, every other slot 0)."""
+        return float(np.count_nonzero(self.raw == self.max_priority())) if self.count else 0.0
 
     def max_priority(self) -> float:
         slot = self.tree.argmax()
@@ -280,6 +292,10 @@ class UniformBackend:
 
     def min_probability(self) -> float:
         return 1.0 / self.count
+
+    def total_mass(self) -> float:
+        """``N``: every non-empty slot has mass 1."""
+        return float(self.count)
 
     def max_priority(self) -> float:
         slot = self.tree.argmax()

@@ -282,6 +282,13 @@ class RankBackend:
     def set_alpha(self, alpha: float) -> None:
         self.alpha = float(alpha)
 
+    def total_mass(self) -> float:
+        """``H(N) = Σ_{r=1}^{N} r^-α``, the normaliser of ``P(rank r) = r^-α / H(N)`` (Sec. 3.3).
+
+        Each stratum of the partition holds the exact mass ``H`` of its ranks, spread evenly over
+        them, so ``P(i) · H(N)`` is the mean of ``r^-α`` over ``i``'s stratum."""
+        return float(power_sum(self.count, self.alpha)) if self.count else 0.0
+
     def max_priority(self) -> float:
         return float(self.raw[self.order.select(np.zeros(1, dtype=np.int64))[0]]) if self.count else math.nan
 

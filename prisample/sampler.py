@@ -248,6 +248,26 @@ class PrioritizedSampler(Sampler[int]):
         return self._backend.max_priority() if self._backend.count else 1.0
 
     @property
+    def total_mass(self) -> float:
+        """The normaliser ``Σ_k m_k`` of ``P(i) = m_i / Σ_k m_k`` over valid slots (Eq. 1): ``m_i =
+        (p_i + ε)^α`` (proportional), ``rank(i)^-α`` (rank: ``H(N) = Σ_{r≤N} r^-α``), ``1``
+        (uniform), ``1`` for each slot tied at the maximum (greedy); 0 while none is valid.
+
+        Memories split over shards weigh each shard by it: drawing shard ``s`` with probability
+        ``M_s / Σ_t M_t`` and then slot ``i`` by the shard's own ``P_s(i)`` draws ``i`` with
+        ``m_i / Σ_t M_t``, the distribution of one memory holding every shard (proportional).
+        """
+        with self._lock:
+            return self._backend.total_mass() if self._backend.count else 0.0
+
+    @property
+    def min_probability(self) -> float:
+        """Smallest positive ``P(i)`` over valid slots: ``P_min`` of the memory-normalised
+        weights ``w_i = (P_min / P(i))^β`` (Algorithm 1, line 10); 0 while none is valid."""
+        with self._lock:
+            return self._backend.min_probability() if self._backend.count else 0.0
+
+    @property
     def priorities(self) -> npt.NDArray[np.float64]:
         """Copy of the raw priorities; NaN for empty slots (never added, or removed)."""
         with self._lock:

@@ -192,12 +192,21 @@ class PrioritizedReplay:
         *,
         episode_end: npt.ArrayLike | None = None,
         streams: npt.ArrayLike | None = None,
+        priorities: npt.ArrayLike | None = None,
         **extras: npt.ArrayLike,
     ) -> IntArray:
-        """:meth:`add` for ``n`` transitions at once (see :meth:`ReplayMemory.add_many`)."""
+        """:meth:`add` for ``n`` transitions at once (see :meth:`ReplayMemory.add_many`).
+
+        ``priorities`` (``n`` raw values ``|δ|``, finite and ``>= 0``) enter the transitions at
+        these priorities instead of the maximum: Ape-X's actors compute them with their copy of
+        the network (Horgan et al. 2018, Sec. 3).  The write and the priorities are one step under
+        the lock; a transition the same call evicts again takes no priority.  ``n_step = 1`` only
+        (an n-step window completes in a later call).
+        """
         obs, next_obs, action = _host(obs, "obs"), _host(next_obs, "next_obs"), _host(action, "action")
         reward, discount = _host(reward, "reward"), _host(discount, "discount")
         extras = {name: _host(value, name) for name, value in extras.items()}
+        initial = None if priorities is None else self._initial_priorities(priorities, _leading(reward))
         with self.lock:
             swaps, head = self._make_room(_leading(reward)), self.memory.num_added
             try:
@@ -215,7 +224,37 @@ class PrioritizedReplay:
                 self._unmake_room(swaps)
                 raise
             self._admit(done, swaps, head)
+            if initial is not None:
+                self._set_initial(done.slots, initial)
         return done.slots
+
+    def _initial_priorities(self, priorities: npt.ArrayLike, n: int) -> npt.NDArray[np.float64]:
+        """``priorities=`` of :meth:`add_many`, checked before anything is written."""
+        if self.memory.n_step != 1:
+            raise ValueError(
+                f"priorities= needs n_step=1 (an n-step window completes in a later call), "
+                f"but the memory has n_step={self.memory.n_step}"
+            )
+        values = as_priorities(priorities, n)
+        bad = ~((values >= 0.0) & (values < np.inf))
+        if bad.any():
+            j = int(np.argmax(bad))
+            raise ValueError(
+                f"priorities should be finite and >= 0, but got priorities[{j}]={float(values[j])!r}"
+            )
+        return values
+
+    def _set_initial(self, slots: IntArray, values: npt.NDArray[np.float64]) -> None:
+        """Priorities of the transitions just written; a slot written twice keeps the last."""
+        last = slots.shape[0] - 1 - np.unique(slots[::-1], return_index=True)[1]  # each slot's last write
+        slots, values = slots[last], values[last]
+        live = self.memory.drawable(slots)
+        if not live.all():
+            slots, values = slots[live], values[live]
+        if slots.shape[0]:
+            self.sampler.update_priorities(slots, values)
+            if self._evictor is not None:
+                self._evictor.updated(slots, values)
 
     def add_vector_step(
         self,
