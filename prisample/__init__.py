@@ -1,5 +1,6 @@
 """prisample: prioritized sampling (Schaul et al. 2016) for supervised and reinforcement learning."""
 
+from prisample.corrections import CorrectedSampler
 from prisample.data import IndexedDataset
 from prisample.laber import LaBER, LargeBatchDraw
 from prisample.losses import lap_loss, lap_priorities, pal_loss
@@ -21,6 +22,7 @@ from prisample.selection import (
 from prisample.weights import LinearSchedule, importance_weights
 
 __all__ = [
+    "CorrectedSampler",
     "Draw",
     "IndexedDataset",
     "LaBER",

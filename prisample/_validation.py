@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import _thread
 import math
 import numbers
+import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -150,3 +154,88 @@ def check_real(value: Any, name: str, *, minimum: float, strict: bool = False) -
         relation = ">" if strict else ">="
         raise ValueError(f"{name} should be finite and {relation} {minimum}, but got {name}={value!r}")
     return number
+
+
+def check_num_samples(value: Any) -> int:
+    """``num_samples`` is what ``len()`` returns, so it must fit in an index-sized integer."""
+    return check_positive_int(value, "num_samples", maximum=sys.maxsize)
+
+
+def check_lock(lock: Any) -> threading.RLock:
+    """A fresh ``threading.RLock``, or ``lock`` if it is one.  A plain ``Lock`` is refused: the
+    owner of a shared lock holds it around sampler calls, which take it again."""
+    if lock is None:
+        return threading.RLock()
+    if not isinstance(lock, _thread.RLock):
+        raise TypeError(
+            f"lock should be a threading.RLock (reentrant: whoever holds it calls the sampler, "
+            f"which takes it again), but got a {type(lock).__module__}.{type(lock).__qualname__}"
+        )
+    return lock
+
+
+def state_float_array(value: Any, key: str, shape: tuple[int, ...]) -> npt.NDArray[np.float64]:
+    """A copy, as float64, of the floating-point array ``state_dict[key]`` of shape ``shape``."""
+    if not isinstance(value, np.ndarray) or value.dtype.kind != "f":
+        raise TypeError(
+            f"state_dict {key} should be a floating-point numpy array, but got {key}={short_repr(value)}"
+        )
+    if value.shape != shape:
+        raise ValueError(f"state_dict {key} should have shape {shape}, but got shape {value.shape}")
+    return value.astype(np.float64)  # a copy: the caller's state is never shared
+
+
+_PCG64_STATE_KEYS = {"bit_generator", "state", "has_uint32", "uinteger"}
+
+
+def generator_from_state(value: Any) -> np.random.Generator:
+    """A fresh generator in the saved PCG64 state (the kind ``np.random.default_rng`` makes)."""
+    problem = f"state_dict rng should be a PCG64 bit-generator state, but got rng={short_repr(value)}"
+    if not isinstance(value, dict) or set(value) != _PCG64_STATE_KEYS:
+        raise ValueError(problem)
+    inner, has_uint32, uinteger = value["state"], value["has_uint32"], value["uinteger"]
+    words: list[Any] = []
+    if isinstance(inner, dict) and set(inner) == {"state", "inc"}:
+        words = [inner["state"], inner["inc"]]
+    if not (
+        isinstance(value["bit_generator"], str)
+        and value["bit_generator"] == "PCG64"
+        and len(words) == 2
+        and all(type(w) is int and 0 <= w < 2**128 for w in words)
+        and words[1] % 2 == 1  # PCG64's increment is odd
+        and type(has_uint32) is int
+        and has_uint32 in (0, 1)
+        and type(uinteger) is int
+        and 0 <= uinteger < 2**32
+    ):
+        raise ValueError(problem)
+    rng = np.random.Generator(np.random.PCG64())
+    rng.bit_generator.state = value
+    return rng
+
+
+def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of the strings ``choices``, else ``ValueError`` naming it."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} should be one of {choices}, but got {name}={short_repr(value)}")
+    return value
+
+
+def check_state_keys(state: Any, versions: tuple[int, ...], keys: Callable[[int], set[str]]) -> int:
+    """The version of ``state``, a dict whose integer ``"version"`` is one of ``versions`` and
+    whose keys are exactly ``keys(version)``; ``TypeError``/``ValueError`` naming the key."""
+    if not isinstance(state, dict):
+        raise TypeError(f"state_dict should be a dict, but got state_dict={short_repr(state)}")
+    version = state.get("version")
+    integral = isinstance(version, numbers.Integral) and not isinstance(version, bool)
+    if not integral or version not in versions:
+        raise ValueError(
+            f"state_dict version should be one of {versions}, but got version={short_repr(version)}"
+        )
+    expected = keys(int(version))
+    missing, extra = sorted(expected - set(state)), sorted(map(str, set(state) - expected))
+    if missing:
+        raise ValueError(f"state_dict is missing the key {missing[0]!r} (version {version})")
+    if extra:
+        raise ValueError(f"state_dict has unexpected keys {extra} (version {version})")
+    return int(version)

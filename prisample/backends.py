@@ -15,7 +15,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from prisample._validation import short_repr
+from prisample._validation import short_repr, state_float_array
 from prisample.rank import RankBackend
 from prisample.trees import OK, ArgMaxTree, PriorityTree, mass_limit, top_k
 
@@ -31,6 +31,8 @@ class Backend(Protocol):
     """
 
     capacity: int
+    raw: FloatArray
+    """The sampler's raw-priority array, shared: read it freely, change it only through ``write``."""
 
     @property
     def count(self) -> int:
@@ -80,6 +82,36 @@ def mass_error(values: FloatArray, j: int, alpha: float, eps: float, capacity: i
     )
 
 
+NO_PRIORITIES = np.empty(0, dtype=np.float64)
+"""What :func:`check_masses_fit` weighs for backends other than proportional (none)."""
+
+
+def check_masses_fit(alpha: float, eps: float, capacity: int, raw: FloatArray, name: str, value: Any) -> None:
+    """Raise unless ``α`` keeps every mass ``(p + ε)^α`` of ``raw`` (NaN: empty), and that of a
+    slot added at priority 1 into an empty memory, a positive float at most
+    :func:`~prisample.trees.mass_limit` (``capacity`` of them sum finitely), and ``ε^α`` positive
+    when ``ε > 0``: the one rule of the sampler's constructor, its ``alpha`` setter and its
+    ``load_state_dict``.  Only proportional draws use masses, so the sampler passes no
+    priorities for other backends (any finite priority is theirs to hold)."""
+    with np.errstate(over="ignore", under="ignore"):
+        smallest_mass = np.float64(eps) ** alpha
+    if eps > 0.0 and not 0.0 < smallest_mass < np.inf:
+        raise ValueError(f"eps**alpha should be a positive float, but got eps={eps!r}, alpha={alpha!r}")
+    filled = raw[~np.isnan(raw)]
+    largest = max(float(filled.max()), 1.0) if filled.shape[0] else 1.0
+    smallest = eps
+    if smallest == 0.0:  # zero priorities keep mass 0; the smallest positive one must not vanish
+        positive = filled[filled > 0.0]
+        smallest = float(positive.min()) if positive.shape[0] else 1.0
+    with np.errstate(over="ignore", under="ignore"):
+        low, high = np.float64(smallest) ** alpha, np.float64(largest + eps) ** alpha
+    if not (low > 0.0 and high <= mass_limit(capacity)):
+        raise ValueError(
+            f"{name} should keep (p + eps)^alpha a positive float <= {mass_limit(capacity):.3g} "
+            f"for priorities in [{smallest!r}, {largest!r}], but got {name}={value!r}"
+        )
+
+
 def _check_empty_state(state: Any, backend: str) -> None:
     if not isinstance(state, dict):
         raise TypeError(f"backend_state should be a dict, but got backend_state={state!r}")
@@ -105,6 +137,7 @@ class ProportionalBackend:
 
     def __init__(self, raw: FloatArray, alpha: float, eps: float) -> None:
         self.capacity = int(raw.shape[0])
+        self.raw = raw
         self.tree = PriorityTree(raw, alpha, eps)
         self.count = int(np.count_nonzero(~np.isnan(raw)))
         self._negated: FloatArray | None = None
@@ -181,6 +214,11 @@ class ProportionalBackend:
 
     def max_priority(self) -> float:
         return self.tree.max_raw() if self.count else math.nan
+
+    def min_priority(self) -> float:
+        """Smallest raw priority of a non-empty slot (NaN when all are empty): with ``ε = 0`` and
+        ``α > 0``, 0 means some valid slot has ``P(i) = 0``."""
+        return self.tree.min_raw() if self.count else math.nan
 
     def set_alpha(self, alpha: float) -> None:
         self.tree.rebuild(alpha)
@@ -346,27 +384,6 @@ class UniformBackend:
         return backend
 
 
-def rank_memory_max(
-    backend: RankBackend, corrections: FloatArray, max_correction: float, beta: float, min_probability: float
-) -> float:
-    """``max_j (c_j / max c) (P_min / P(j))^β`` over the valid slots of a rank backend, exactly.
-
-    ``P`` is constant on each segment of the piecewise power law and does not grow with rank, so
-    segments are visited from the least probable up and the scan stops once ``max_j c_j`` times
-    the segment's factor ``(P_min / P_segment)^β`` cannot beat the best found.
-    """
-    backend.min_probability()  # brings the segments up to date
-    density, starts = backend._density, backend._starts
-    best = 0.0
-    for segment in range(density.shape[0] - 1, -1, -1):
-        factor = min(min_probability / density[segment], 1.0) ** beta
-        if factor <= best:
-            break
-        slots = backend.order.select(np.arange(starts[segment], starts[segment + 1], dtype=np.int64))
-        best = max(best, float(corrections[slots].max()) / max_correction * factor)
-    return best
-
-
 BACKENDS = ("proportional", "rank", "greedy", "uniform")
 
 
@@ -385,6 +402,25 @@ def backend_from_state(
     if name == "uniform":
         return UniformBackend.from_state(raw, alpha, eps, state, legacy=legacy)
     raise ValueError(f"backend should be one of {BACKENDS}, but got backend={name!r}")
+
+
+def restore_backend(
+    name: str, capacity: int, priorities: Any, alpha: float, eps: float, state: Any, *, legacy: bool = False
+) -> tuple[FloatArray, Backend]:
+    """The raw priorities (a float64 copy of ``priorities``) and the backend called ``name`` over
+    them, from a sampler's ``state_dict`` after full validation: ``priorities`` a float array of
+    ``capacity`` values, NaN (empty) or finite and ``>= 0``, whose masses fit
+    (:func:`check_masses_fit`); ``state`` the backend's own state (:func:`backend_from_state`).
+    Changes nothing; raises ``ValueError``/``TypeError`` naming the key otherwise."""
+    raw = state_float_array(priorities, "priorities", (capacity,))
+    bad = np.flatnonzero(~np.isnan(raw) & ~((raw >= 0.0) & (raw < np.inf)))
+    if bad.shape[0]:
+        j = int(bad[0])
+        raise ValueError(
+            f"state_dict priorities should be NaN or finite and >= 0, but got priorities[{j}]={raw[j]!r}"
+        )
+    check_masses_fit(alpha, eps, capacity, raw if name == "proportional" else NO_PRIORITIES, "alpha", alpha)
+    return raw, backend_from_state(name, raw, alpha, eps, state, legacy=legacy)
 
 
 def make_backend(name: str, raw: FloatArray, alpha: float, eps: float) -> Backend:

@@ -22,8 +22,14 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from prisample._validation import as_indices, check_positive_int, check_real, check_seed, short_repr
-from prisample.sampler import _check_rng_state
+from prisample._validation import (
+    as_indices,
+    check_positive_int,
+    check_real,
+    check_seed,
+    generator_from_state,
+    short_repr,
+)
 from prisample.variants import _check, _reals
 
 LABER_NORMS = ("mean", "max", "lazy")
@@ -149,5 +155,5 @@ class LaBER:
         if not isinstance(norm, str) or norm not in LABER_NORMS:
             raise ValueError(f"weight_norm should be one of {LABER_NORMS}, but got weight_norm={norm!r}")
         eps = check_real(state["eps"], "eps", minimum=0.0)
-        rng = _check_rng_state(state["rng"])
+        rng = generator_from_state(state["rng"])
         self.batch_size, self.m, self.weight_norm, self.eps, self._rng = batch_size, m, norm, eps, rng

@@ -350,6 +350,19 @@ class RankBackend:
         self._partition()
         return self._min_density
 
+    def segments(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        """The piecewise-uniform distribution drawn from: ``(starts, density)``, copies.
+
+        Segment ``s`` holds the 0-based ranks ``starts[s] <= h < starts[s+1]`` (``len(starts) =
+        S + 1``, ``starts[S] = N``), each drawn with probability ``density[s]`` (``len = S``), so
+        ``Σ_s (starts[s+1] - starts[s]) · density[s] = 1`` and ``density`` does not grow with
+        ``s`` (but for rounding).  The slots of those ranks are ``order.select(ranks)``.
+        """
+        if self.count == 0:
+            return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        self._partition()
+        return self._starts.copy(), self._density.copy()
+
     def state_dict(self) -> dict[str, Any]:
         """The write stamps that order equal priorities (the rest follows from the priorities)."""
         return {"stamps": self.stamps.copy(), "next_stamp": self.next_stamp}

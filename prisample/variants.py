@@ -4,8 +4,8 @@ With behaviour policy ``μ`` filling the memory and target policy ``π`` being l
 per-decision importance ratio of a transition ``(s, a)`` is ``ρ = π(a|s) / μ(a|s)``.  Sec. 6
 maps the two standard off-policy corrections onto the sampler:
 
-* *weighted importance sampling*: uniform draws and ``w = ρ`` — ``PrioritizedSampler(alpha=0,
-  beta=1)`` with ``ρ`` as the slots' correction factors (:meth:`PrioritizedSampler.set_corrections`);
+* *weighted importance sampling*: uniform draws and ``w = ρ`` — ``CorrectedSampler(alpha=0,
+  beta=1)`` with ``ρ`` as the slots' correction factors (:meth:`CorrectedSampler.set_corrections`);
   the memory normalisation then gives ``w_i = ρ_i / max_j ρ_j``;
 * *rejection sampling*: ``p = min(1, ρ)`` with ``α = 1``, ``β = 0``, proportional and ``ε = 0``
   (:func:`rejection_priorities`), so a transition ``π`` never takes is never drawn;
@@ -15,7 +15,7 @@ and proposes hybrids ``p = ρ · |δ|`` (:func:`hybrid_priorities`), annealed or
 inside the priority and applies it once, so the expected update is the ``ρ``-corrected one.
 
 >>> import numpy as np
->>> from prisample import PrioritizedSampler
+>>> from prisample import CorrectedSampler
 >>> rho = importance_ratios([0.9, 0.05], [0.25, 0.25])
 >>> rho.round(6).tolist()
 [3.6, 0.2]
@@ -23,7 +23,7 @@ inside the priority and applies it once, so the expected update is the ``ρ``-co
 [1.0, 0.2]
 >>> hybrid_priorities(rho, [-0.5, 2.0]).round(6).tolist()
 [1.8, 0.4]
->>> s = PrioritizedSampler(2, alpha=0.0, beta=1.0, seed=0)
+>>> s = CorrectedSampler(2, alpha=0.0, beta=1.0, seed=0)
 >>> s.set_corrections([0, 1], rho)
 >>> bool(np.allclose(s.weights([0, 1]), rho / rho.max()))   # weighted IS: ρ_i / max_j ρ_j
 True

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numba
 import numpy as np
 import numpy.typing as npt
 
-from prisample._validation import to_numpy
+from prisample._validation import short_repr, to_numpy
 
 WeightNorm = Literal["memory", "batch", "none"]
 WEIGHT_NORMS: tuple[str, ...] = ("memory", "batch", "none")
@@ -224,3 +224,26 @@ class LinearSchedule:
     def __call__(self, t: int) -> float:
         fraction = min(max(t, 0) / self.steps, 1.0)
         return self.start + (self.end - self.start) * fraction
+
+
+def as_beta(value: Any) -> float | LinearSchedule:
+    """``β`` as the sampler holds it: a float in ``[0, 1]``, or a :class:`LinearSchedule` whose
+    ends lie in ``[0, 1]``; ``TypeError``/``ValueError`` naming ``beta`` otherwise."""
+    if isinstance(value, LinearSchedule):
+        check_beta(value.start, "beta.start")
+        check_beta(value.end, "beta.end")
+        return value
+    return check_beta(value)
+
+
+def beta_from_state(value: Any) -> float | LinearSchedule:
+    """:func:`as_beta` of ``β`` as a state dict holds it: a float, or a schedule as
+    ``{"start", "end", "steps"}``."""
+    if isinstance(value, dict):
+        if set(value) != {"start", "end", "steps"}:
+            raise ValueError(
+                f"state_dict beta should be a float or a dict with keys start, end, steps, but got "
+                f"beta={short_repr(value)}"
+            )
+        return as_beta(LinearSchedule(**value))
+    return check_beta(value)

@@ -46,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 from tqdm import tqdm  # type: ignore[import-untyped]
 
-from prisample import LinearSchedule, PrioritizedSampler
+from prisample import CorrectedSampler, LinearSchedule, PrioritizedSampler
 from prisample.variants import hybrid_priorities, importance_ratios, rejection_priorities
 from recipes import cli
 
@@ -333,28 +333,28 @@ def make_sampler(arm: Arm, memory: Memory, config: OffPolicyConfig, seed: int) -
     if arm in ("on_policy", "uncorrected", "ordinary_is"):
         return PrioritizedSampler(n, alpha=0.0, beta=0.0, backend="uniform", seed=seed)
     if arm == "weighted_is":  # PER: w = ρ, α = 0, β = 1 (Sec. 6); weights ρ_i / max_j ρ_j
-        sampler = PrioritizedSampler(n, alpha=0.0, beta=1.0, weight_norm=config.weight_norm, seed=seed)
-        sampler.set_corrections(slots, memory.rho_tm1)
-        return sampler
+        corrected = CorrectedSampler(n, alpha=0.0, beta=1.0, weight_norm=config.weight_norm, seed=seed)
+        corrected.set_corrections(slots, memory.rho_tm1)
+        return corrected
     if arm == "rejection":  # PER: p = min(1, ρ), α = 1, β = 0, ε = 0: slots with π(a|s) = 0 never drawn
         sampler = PrioritizedSampler(n, alpha=1.0, beta=0.0, eps=0.0, seed=seed)
         sampler.update_priorities(slots, rejection_priorities(memory.rho_tm1, config.rejection_bound))
         return sampler
     if arm == "hybrid_proportional":  # PER: p = ρ|δ| + ε, w = ρ (N·P)^-β, β annealed to 1
         beta = LinearSchedule(config.beta0_proportional, 1.0, anneal)
-        sampler = PrioritizedSampler(
+        corrected = CorrectedSampler(
             n, alpha=config.alpha_proportional, beta=beta, eps=config.hybrid_eps,
             weight_norm=config.weight_norm, seed=seed,
         )  # fmt: skip
     elif arm == "hybrid_rank":  # PER: rank by ρ|δ|, w = ρ (N·P)^-β, β annealed to 1
         beta = LinearSchedule(config.beta0_rank, 1.0, anneal)
-        sampler = PrioritizedSampler(
+        corrected = CorrectedSampler(
             n, alpha=config.alpha_rank, beta=beta, backend="rank", weight_norm=config.weight_norm, seed=seed
         )
     else:
         raise ValueError(f"arm should be one of {ARMS}, but got arm={arm!r}")
-    sampler.set_corrections(slots, memory.rho_tm1)  # new slots at max priority: each replayed early
-    return sampler
+    corrected.set_corrections(slots, memory.rho_tm1)  # new slots at max priority: each replayed early
+    return corrected
 
 
 def effective_weights(arm: Arm, memory: Memory, config: OffPolicyConfig) -> FloatArray:

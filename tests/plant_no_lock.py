@@ -48,7 +48,7 @@ def plant(target: str) -> None:
     if target == "sampler":
         import prisample.sampler as sampler_module
 
-        sampler_module._check_lock = lambda lock: NoLock()  # type: ignore[assignment,return-value]
+        sampler_module.check_lock = lambda lock: NoLock()  # type: ignore[assignment,return-value]
     else:
         from prisample.replay import PrioritizedReplay
 

@@ -325,14 +325,14 @@ def assert_same(a: Any, b: Any, path: str = "state") -> None:
 
 def clone(sampler: PrioritizedSampler, seed: int = 12345) -> PrioritizedSampler:
     """A fresh sampler (other seed, default options) loaded with ``sampler``'s state."""
-    other = PrioritizedSampler(sampler.capacity, backend=sampler.backend_name, seed=seed)
+    other = type(sampler)(sampler.capacity, backend=sampler.backend_name, seed=seed)
     other.load_state_dict(copy.deepcopy(sampler.state_dict()))
     return other
 
 
 def exactly_sorted(sampler: PrioritizedSampler) -> PrioritizedSampler:
     """``sampler`` with its rank order made exact (a no-op for backends that keep it exact)."""
-    resort = getattr(sampler._backend, "resort", None)
+    resort = getattr(sampler.backend, "resort", None)
     if resort is not None:
         resort()
     return sampler

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import given, note, settings
 
-from prisample import LinearSchedule, PrioritizedSampler
+from prisample import CorrectedSampler, LinearSchedule, PrioritizedSampler
 from tests.reference import BACKENDS, ReferenceSampler, assert_draws_equal, assert_same
 from tests.state_fuzz import check_load, corrupted_states
 
@@ -26,18 +26,22 @@ CAPACITY = 8
 EXAMPLES = 300  # per backend and configuration: 600 per backend
 
 
-def make(backend: str, *, fancy: bool, seed: int, capacity: int = CAPACITY) -> PrioritizedSampler:
-    """A sampler with ties, an empty slot and (``fancy``) corrections, a β schedule and α = 1 (so
-    that one huge priority makes the masses' sum overflow)."""
+def make(
+    backend: str, *, fancy: bool, seed: int, capacity: int = CAPACITY, corrected: bool | None = None
+) -> PrioritizedSampler:
+    """A sampler with ties, an empty slot and (``fancy``) a β schedule and α = 1 (so that one huge
+    priority makes the masses' sum overflow); a :class:`CorrectedSampler` with correction factors
+    if ``corrected`` (by default: if ``fancy``)."""
     beta = LinearSchedule(0.4, 1.0, 7) if fancy else 0.5
-    s = PrioritizedSampler(
+    corrected = fancy if corrected is None else corrected
+    s = (CorrectedSampler if corrected else PrioritizedSampler)(
         capacity, backend=backend, alpha=1.0 if fancy else 0.7, beta=beta, eps=1e-3,
         weight_norm="memory" if fancy else "batch", size=capacity - 1, batch_size=3, num_samples=5, seed=seed,
     )  # fmt: skip
     rng = np.random.default_rng(seed)
     s.update_priorities(np.arange(capacity - 2), rng.choice([0.0, 0.5, 2.0], size=capacity - 2))
     s.remove([1])
-    if fancy:
+    if isinstance(s, CorrectedSampler):
         s.set_corrections([0, 2, 3], [0.5, 2.0, 0.0])
     for k in (1, 4):
         s.sample(k)
@@ -63,7 +67,8 @@ def model_of(s: PrioritizedSampler) -> ReferenceSampler:
         backend=s.backend_name, weight_norm=s.weight_norm, size=0,
     )  # fmt: skip
     model.step = state["step"]
-    raw, corrections = s.priorities, s.corrections
+    raw = s.priorities
+    corrections = s.corrections if isinstance(s, CorrectedSampler) else np.ones_like(raw)
     for slot in np.flatnonzero(~np.isnan(raw)).tolist():
         model.raw[slot] = float(raw[slot])
         model.corrections[slot] = float(corrections[slot])
@@ -77,7 +82,8 @@ def check_consistent(s: PrioritizedSampler) -> None:
     model = model_of(s)
     valid = model.valid
     assert s.size == model.size and len(s) == (s.num_samples or s.size)
-    np.testing.assert_array_equal(np.isnan(s.corrections), np.isnan(s.priorities))
+    if isinstance(s, CorrectedSampler):
+        np.testing.assert_array_equal(np.isnan(s.corrections), np.isnan(s.priorities))
     p = s.probabilities(valid)
     np.testing.assert_allclose(p, model.probabilities(valid), rtol=1e-9, atol=1e-300)
     distribution = dict(zip(valid, p.tolist(), strict=True))
@@ -90,7 +96,7 @@ def check_consistent(s: PrioritizedSampler) -> None:
         positive = filled.priorities > 0.0
         assert np.all(full[positive] > 0.0), "a positive priority has probability 0"
     state = s.state_dict()
-    fresh = PrioritizedSampler(s.capacity, backend=s.backend_name, seed=99)
+    fresh = type(s)(s.capacity, backend=s.backend_name, seed=99)
     fresh.load_state_dict(copy.deepcopy(state))
     assert_same(fresh.state_dict(), state)
     if model.drawable():
@@ -121,7 +127,7 @@ def test_corrupted_state_is_refused_unchanged_or_loaded_consistent(backend, fanc
         make(backend, fancy=fancy, seed=3, capacity=CAPACITY + 1).state_dict(),
         version_1(make(backend, fancy=False, seed=4).state_dict()),
     ]
-    base = make(backend, fancy=not fancy, seed=5)
+    base = make(backend, fancy=not fancy, seed=5, corrected=fancy)  # factors load only into this class
     outcomes = {"refused": 0, "loaded": 0}
 
     @settings(max_examples=EXAMPLES, database=None)

@@ -1,7 +1,8 @@
 """Random operation sequences against the naive reference model, for every backend.
 
 A hypothesis ``RuleBasedStateMachine`` drives add / update / remove / sample / α and β changes /
-rejected calls / ``state_dict`` round trips on a :class:`~prisample.PrioritizedSampler` and on
+rejected calls / ``state_dict`` round trips on a :class:`~prisample.CorrectedSampler` (the
+core :class:`~prisample.PrioritizedSampler` until a correction factor is set) and on
 :class:`tests.reference.ReferenceSampler`, and after every step compares size, ``max_priority``,
 raw priorities, correction factors, ``P(i)`` of every valid slot and the importance weights
 ``c_i (N·P(i))^-β`` under the configured normalisation.  ``ε = 0`` is among the settings, so zero
@@ -19,7 +20,7 @@ from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from prisample import LinearSchedule, PrioritizedSampler
+from prisample import CorrectedSampler, LinearSchedule
 from tests.reference import (
     NORMS,
     ReferenceSampler,
@@ -70,7 +71,7 @@ class SamplerMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.sampler: PrioritizedSampler
+        self.sampler: CorrectedSampler
         self.model: ReferenceSampler
 
     @initialize(
@@ -85,7 +86,7 @@ class SamplerMachine(RuleBasedStateMachine):
     def setup(self, capacity, alpha, beta, eps, norm, start, seed):
         size = {"full": None, "empty": 0, "part": capacity // 2}[start]
         options = dict(alpha=alpha, beta=beta, eps=eps, backend=self.backend, weight_norm=norm, size=size)
-        self.sampler = PrioritizedSampler(capacity, seed=seed, **options)
+        self.sampler = CorrectedSampler(capacity, seed=seed, **options)
         self.model = ReferenceSampler(capacity, **options)
 
     # -- rules ------------------------------------------------------------------------------------

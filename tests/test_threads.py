@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from prisample import LinearSchedule, PrioritizedSampler
+from prisample import CorrectedSampler, LinearSchedule, PrioritizedSampler
 from prisample.ledger import DrawLedger
 from tests.reference import BACKENDS, ReferenceSampler, assert_draws_equal, clone
 
@@ -103,8 +103,10 @@ def actor(sampler: PrioritizedSampler, a: int, corrections: bool, draws: Counter
             op = rng.integers(8)
             if op <= 1:
                 slots = rng.choice(own, size=int(rng.integers(1, 4)))
-                factors = rng.uniform(0.0, 3.0, slots.shape[0]) if corrections else None
-                sampler.add(slots, corrections=factors)
+                if isinstance(sampler, CorrectedSampler):
+                    sampler.add(slots, corrections=rng.uniform(0.0, 3.0, slots.shape[0]))
+                else:
+                    sampler.add(slots)
                 filled.update(slots.tolist())
             elif op == 2:
                 slots = rng.choice(own, size=int(rng.integers(1, 3)))
@@ -113,7 +115,7 @@ def actor(sampler: PrioritizedSampler, a: int, corrections: bool, draws: Counter
             elif op <= 4:
                 slots = np.concatenate([rng.integers(0, STABLE, 2), np.array(sorted(filled))[:3]])
                 sampler.update_priorities(slots.astype(np.int64), rng.uniform(0.0, 10.0, slots.shape[0]))
-            elif op == 5 and corrections:
+            elif op == 5 and isinstance(sampler, CorrectedSampler):
                 slots = rng.integers(0, STABLE, 3)
                 sampler.set_corrections(slots, rng.uniform(0.0, 3.0, 3))
             elif op == 6:
@@ -155,7 +157,7 @@ def learner(sampler: PrioritizedSampler, draws: Counter) -> Callable[[], None]:
             draws.bump()
             if i % 50 == 25:
                 sampler.alpha = 0.5 if sampler.alpha != 0.5 else 0.7
-            _ = sampler.beta, sampler.corrections, sampler.nbytes, len(sampler)
+            _ = sampler.beta, sampler.nbytes, len(sampler), getattr(sampler, "corrections", None)
 
     return body
 
@@ -168,7 +170,8 @@ def reference_of(sampler: PrioritizedSampler) -> ReferenceSampler:
         LinearSchedule(**state["beta"]), eps=sampler.eps, backend=sampler.backend_name,
         weight_norm=sampler.weight_norm, size=0,
     )  # fmt: skip
-    raw, factors = state["priorities"], sampler.corrections
+    raw = state["priorities"]
+    factors = sampler.corrections if isinstance(sampler, CorrectedSampler) else np.ones_like(raw)
     stamps = state["backend_state"].get("stamps")
     for slot in np.flatnonzero(~np.isnan(raw)).tolist():
         model.raw[slot] = float(raw[slot])
@@ -183,11 +186,11 @@ def reference_of(sampler: PrioritizedSampler) -> ReferenceSampler:
 def test_actors_and_learner_leave_an_exact_sampler(backend: str, corrections: bool) -> None:
     """Regression: rank and greedy samplers (and proportional ones, more rarely) raised or corrupted
     their order under concurrent add/update/sample before every public call held the lock."""
-    sampler = PrioritizedSampler(
+    sampler = (CorrectedSampler if corrections else PrioritizedSampler)(
         CAPACITY, alpha=0.6, beta=LinearSchedule(0.4, 1.0, 10_000), backend=backend, size=STABLE,
         seed=0,
     )  # fmt: skip
-    if corrections:
+    if isinstance(sampler, CorrectedSampler):
         sampler.set_corrections(np.arange(STABLE), np.linspace(0.5, 2.0, STABLE))
     draws = Counter()
     run_threads([actor(sampler, a, corrections, draws) for a in range(ACTORS)] + [learner(sampler, draws)])

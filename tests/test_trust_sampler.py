@@ -9,15 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from prisample import PrioritizedSampler, importance_weights
+from prisample import CorrectedSampler, PrioritizedSampler, importance_weights
 from tests.reference import BACKENDS, ReferenceSampler, assert_draws_equal, assert_same, power_law
 
 
 def filled_sampler(backend: str, *, corrections: bool = False, seed: int = 0) -> PrioritizedSampler:
-    s = PrioritizedSampler(8, backend=backend, alpha=0.7, size=6, seed=seed)
+    cls = CorrectedSampler if corrections else PrioritizedSampler
+    s = cls(8, backend=backend, alpha=0.7, size=6, seed=seed)
     s.update_priorities([0, 1, 2, 3, 5], [3.0, 0.5, 0.5, 2.0, 0.25 * seed])  # 1 and 2 tie
     s.remove([4])
-    if corrections:
+    if isinstance(s, CorrectedSampler):
         s.set_corrections([0, 1], [0.5, 2.0])
     s.sample(3)
     return s
@@ -109,10 +110,11 @@ def test_state_values_the_constructor_would_refuse_are_refused(backend, key, val
     """Bug: states with α = -1, NaN or inf, ε = -1 or NaN, ``weight_norm="bogus"`` (the next
     ``sample`` raised ``KeyError``), ``batch_size=0``, ``num_samples`` 0 or -5, a negative step or
     a foreign RNG state were accepted or failed half-way."""
-    target = filled_sampler(backend, seed=1)
-    state = filled_sampler(backend, corrections=True, seed=2).state_dict()
     name = {"capacity": "capacity", "version": "version"}.get(key, key)
-    rejected(target, {**state, key: value}, name)
+    for corrections in (False, True):
+        target = filled_sampler(backend, corrections=corrections, seed=1)
+        state = filled_sampler(backend, corrections=corrections, seed=2).state_dict()
+        rejected(target, {**state, key: value}, name)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -218,7 +220,7 @@ def test_priorities_whose_masses_overflow_the_sum_are_refused():
     s.update_priorities([0, 1, 2], [limit, limit, limit])  # the largest allowed: sums stay finite
     s.add([3])  # enters at the maximum priority: its mass is allowed too
     p = s.probabilities([0, 1, 2, 3])
-    assert np.all(p > 0) and np.isfinite(s._backend.tree.total())
+    assert np.all(p > 0) and np.isfinite(s.total_mass)
     np.testing.assert_allclose(p, 0.25, rtol=1e-12)
     draw = s.sample(4)
     np.testing.assert_array_equal(draw.indices, [0, 1, 2, 3])
@@ -310,7 +312,7 @@ def test_rank_order_survives_renumbering_of_stamps(monkeypatch):
         ([0], [1.0]),
         ([4, 2, 0], [1.0, 1.0, 1.0]),
     ]
-    backend = s._backend
+    backend = s.backend
     assert isinstance(backend, RankBackend)
     assert stamp_limit(6) > 2**59
     for j, (slots, values) in enumerate(writes):
@@ -341,7 +343,7 @@ def test_bad_seed_names_seed(seed, error):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_half_precision_torch_losses_are_accepted(dtype, backend):
     """Bug: bfloat16 losses raised ``Got unsupported ScalarType BFloat16``."""
-    s = PrioritizedSampler(4, backend=backend, seed=0)
+    s = CorrectedSampler(4, backend=backend, seed=0)
     s.update_priorities(torch.tensor([0, 1]), torch.tensor([0.5, 3.0], dtype=dtype))
     s.set_corrections([0], torch.tensor([2.0], dtype=dtype))
     np.testing.assert_array_equal(s.priorities[:2], [0.5, 3.0])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from prisample import LinearSchedule, PrioritizedSampler
+from prisample import CorrectedSampler, LinearSchedule, PrioritizedSampler
 from prisample.variants import hybrid_priorities, importance_ratios, rejection_priorities
 from tests.reference import BACKENDS, assert_draws_equal, assert_frequencies, assert_same, draw_counts
 
@@ -80,7 +80,7 @@ def test_weighted_is_mapping_gives_rho_over_max_rho():
     """``α = 0, β = 1`` with corrections ``ρ``: every weight is ``ρ_i / max_j ρ_j`` over the memory,
     in drawn batches as well, whatever slots the batch holds."""
     rho = np.array([3.7, 0.1, 0.1, 1.0, 0.0, 2.5])
-    s = PrioritizedSampler(8, alpha=0.0, beta=1.0, size=0, seed=3)
+    s = CorrectedSampler(8, alpha=0.0, beta=1.0, size=0, seed=3)
     s.add(np.arange(6), corrections=rho)
     np.testing.assert_allclose(s.weights(np.arange(6)), rho / 3.7, rtol=1e-6)
     for _ in range(20):
@@ -97,7 +97,7 @@ def test_weighted_is_mapping_gives_rho_over_max_rho():
 def test_corrected_memory_normalisation_by_hand(backend, beta):
     """``w_i = c_i (N·P(i))^-β / max_j c_j (N·P(j))^-β``: the maximum is taken jointly, not as
     ``max c · (N·P_min)^-β`` (here the slot of smallest ``P`` has the smallest ``c``)."""
-    s = PrioritizedSampler(5, alpha=1.0, beta=beta, eps=0.0, backend=backend, seed=0)
+    s = CorrectedSampler(5, alpha=1.0, beta=beta, eps=0.0, backend=backend, seed=0)
     s.update_priorities(np.arange(5), [4.0, 1.0, 2.0, 0.5, 3.0])
     c = np.array([2.0, 1.0, 0.25, 0.1, 3.0])
     s.set_corrections(np.arange(5), c)
@@ -107,8 +107,8 @@ def test_corrected_memory_normalisation_by_hand(backend, beta):
     raw = c * (5 * p) ** -beta
     np.testing.assert_allclose(s.weights(np.arange(5)), raw / raw.max(), rtol=1e-6)
     np.testing.assert_allclose(s.weights([1, 3]), raw[[1, 3]] / raw.max(), rtol=1e-6)
-    batch = PrioritizedSampler(5, alpha=1.0, beta=beta, eps=0.0, backend=backend, weight_norm="batch", seed=0)
-    none = PrioritizedSampler(5, alpha=1.0, beta=beta, eps=0.0, backend=backend, weight_norm="none", seed=0)
+    batch = CorrectedSampler(5, alpha=1.0, beta=beta, eps=0.0, backend=backend, weight_norm="batch", seed=0)
+    none = CorrectedSampler(5, alpha=1.0, beta=beta, eps=0.0, backend=backend, weight_norm="none", seed=0)
     for other in (batch, none):
         other.update_priorities(np.arange(5), [4.0, 1.0, 2.0, 0.5, 3.0])
         other.set_corrections(np.arange(5), c)
@@ -118,7 +118,7 @@ def test_corrected_memory_normalisation_by_hand(backend, beta):
 
 def test_memory_maximum_follows_beta_and_writes():
     """The cached memory maximum is refreshed when β moves (schedule) and after every write."""
-    s = PrioritizedSampler(4, alpha=1.0, beta=LinearSchedule(0.0, 1.0, 4), eps=0.0, seed=0)
+    s = CorrectedSampler(4, alpha=1.0, beta=LinearSchedule(0.0, 1.0, 4), eps=0.0, seed=0)
     s.update_priorities(np.arange(4), [1.0, 2.0, 3.0, 4.0])
     c = np.array([1.0, 3.0, 1.0, 1.0])
     s.set_corrections(np.arange(4), c)
@@ -136,7 +136,7 @@ def test_memory_maximum_follows_beta_and_writes():
 
 
 def test_greedy_weights_are_normalised_corrections():
-    s = PrioritizedSampler(3, backend="greedy", seed=0)
+    s = CorrectedSampler(3, backend="greedy", seed=0)
     s.update_priorities([0, 1, 2], [5.0, 1.0, 3.0])
     s.set_corrections([0, 1, 2], [0.5, 2.0, 1.0])
     d = s.sample(2)
@@ -147,7 +147,7 @@ def test_greedy_weights_are_normalised_corrections():
 def test_corrections_follow_slot_lifecycle():
     """``add`` writes new factors (1 by default), ``remove`` drops them; ``corrections`` shows
     NaN for empty slots and 1 for slots never given a factor."""
-    s = PrioritizedSampler(4, alpha=0.0, beta=1.0, size=2, seed=0)
+    s = CorrectedSampler(4, alpha=0.0, beta=1.0, size=2, seed=0)
     np.testing.assert_array_equal(s.corrections, [1.0, 1.0, np.nan, np.nan])
     s.add([2], corrections=[4.0])
     np.testing.assert_array_equal(s.corrections, [1.0, 1.0, 4.0, np.nan])
@@ -164,7 +164,7 @@ def test_corrections_follow_slot_lifecycle():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_bad_corrections_change_nothing(backend):
-    s = PrioritizedSampler(5, backend=backend, size=3, seed=0)
+    s = CorrectedSampler(5, backend=backend, size=3, seed=0)
     s.set_corrections([0], [2.0])
     before = s.state_dict()
     for call, error, name in [
@@ -184,13 +184,13 @@ def test_bad_corrections_change_nothing(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_corrections_round_trip_exactly(backend):
-    s = PrioritizedSampler(9, alpha=0.7, beta=LinearSchedule(0.4, 1.0, 20), backend=backend, size=0, seed=5)
+    s = CorrectedSampler(9, alpha=0.7, beta=LinearSchedule(0.4, 1.0, 20), backend=backend, size=0, seed=5)
     s.add(np.arange(7), corrections=np.linspace(0.0, 3.0, 7))
     s.update_priorities(np.arange(7), np.arange(7) % 3 + 0.5)
     s.sample(4)
     state = copy.deepcopy(s.state_dict())
     assert state["version"] == 3
-    other = PrioritizedSampler(9, backend=backend, seed=99)
+    other = CorrectedSampler(9, backend=backend, seed=99)
     other.load_state_dict(state)
     assert_same(other.state_dict(), s.state_dict())
     for _ in range(5):
@@ -208,12 +208,12 @@ def test_corrections_round_trip_exactly(backend):
 
 def test_version_1_states_still_load():
     """A checkpoint written before correction factors existed loads, without corrections."""
-    s = PrioritizedSampler(6, alpha=0.5, seed=0)
+    s = CorrectedSampler(6, alpha=0.5, seed=0)
     s.update_priorities([0, 1], [3.0, 0.2])
     old = s.state_dict()
     old["version"] = 1
     del old["corrections"]
-    other = PrioritizedSampler(6, seed=1)
+    other = CorrectedSampler(6, seed=1)
     other.set_corrections([0], [5.0])
     other.load_state_dict(old)
     np.testing.assert_array_equal(other.corrections, np.ones(6))
@@ -293,7 +293,7 @@ def test_memory_maximum_matches_brute_force_on_large_memories(backend, layout):
     priorities = rng.exponential(size=n)
     order = np.argsort(np.argsort(priorities))
     c = rng.uniform(0.0, 4.0, size=n) if layout == "random" else 0.01 + order / n
-    s = PrioritizedSampler(n, alpha=0.7, beta=LinearSchedule(0.3, 1.0, 3), backend=backend, seed=0)
+    s = CorrectedSampler(n, alpha=0.7, beta=LinearSchedule(0.3, 1.0, 3), backend=backend, seed=0)
     s.update_priorities(np.arange(n), priorities)
     s.set_corrections(np.arange(n), c)
     for _ in range(4):
@@ -310,9 +310,9 @@ def test_memory_maximum_matches_brute_force_on_large_memories(backend, layout):
 def test_subnormal_priority_with_eps_zero_counts_as_probability_zero(corrected):
     """A subnormal priority with ``ε = 0`` has mass > 0 but ``P(i) = m_i / Σ m`` underflows to 0:
     it weighs 0 and does not set the memory-wide scale (which would crush every other weight)."""
-    s = PrioritizedSampler(3, alpha=1.0, beta=0.4, eps=0.0, seed=0)
+    s = (CorrectedSampler if corrected else PrioritizedSampler)(3, alpha=1.0, beta=0.4, eps=0.0, seed=0)
     s.update_priorities([0, 1, 2], [5e-324, 17.8, 2.0])
-    if corrected:
+    if isinstance(s, CorrectedSampler):
         s.set_corrections([0, 1, 2], [3.0, 1.0, 1.0])
     p = s.probabilities([0, 1, 2])
     assert p[0] == 0.0
