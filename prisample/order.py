@@ -213,6 +213,7 @@ def _unbound_last(block_at: np.ndarray, bound_key: np.ndarray, bound_code: np.nd
     p = last
     while p > 0 and block_at[p] == _EMPTY:
         bound_key[p] = -np.inf
+        bound_code[p] = 0
         p -= 1
     bound_key[p] = -np.inf
     bound_code[p] = 0
@@ -521,3 +522,119 @@ class SortedOrder:
             self.bound_key, self.bound_code, self.counts, slots, out,
         )  # fmt: skip
         return out
+
+    def check_invariants(self) -> None:
+        """Raise ``ValueError`` naming the first broken invariant of the layout, in ``O(N)``.
+
+        With ``P`` positions in groups of ``GROUP`` and ``before`` the sorted order (larger key
+        first, then larger tie code):
+
+        * *blocks*: every block id sits at one position at most, and the free list holds the
+          others, once each; at least one block is placed; every placed block holds
+          ``1 .. ROOM - 1`` pairs (0 only when it is the only block);
+        * *rows*: each row strictly in ``before`` order, and the last pair of each block before
+          the first of the next;
+        * *slots*: the rows hold exactly the filled (non-NaN) slots, once each, with
+          ``key = keys[slot]`` and ``code = stamps[slot] · capacity + slot``, and
+          ``count`` of them;
+        * *bounds*: each block's bound is at or after its last pair and before the next block's
+          first; the last block's bound is ``(-inf, 0)``; an empty position repeats the bound of
+          the nearest block on its left (``(+inf, 0)`` when there is none); a group's bound is
+          that of its last position;
+        * *counts*: ``counts[p]`` is the size of the block at ``p`` (0 when empty), and the
+          Fenwick entry ``i`` over groups holds the pairs of groups ``i - (i & -i) .. i - 1``.
+        """
+        positions = self.block_at.shape[0]
+        pool = self.size.shape[0]
+        cap = self.capacity
+
+        def fail(invariant: str, message: str) -> None:
+            raise ValueError(f"SortedOrder {invariant}: {message}")
+
+        def before(ka: float, ca: int, kb: float, cb: int) -> bool:
+            return ka > kb or (ka == kb and ca > cb)
+
+        placed = np.flatnonzero(self.block_at != _EMPTY)
+        ids = self.block_at[placed].astype(np.int64)
+        nfree = int(self.meta[0])
+        if placed.shape[0] == 0:
+            fail("blocks", "no position holds a block")
+        if ids.min() < 0 or ids.max() >= pool:
+            fail("blocks", f"block ids should lie in [0, {pool}), but got {ids.min()} .. {ids.max()}")
+        if not 0 <= nfree <= pool:
+            fail("blocks", f"the free count should lie in [0, {pool}], but got meta[0]={nfree}")
+        everyone = np.concatenate((ids, self.free[:nfree].astype(np.int64)))
+        if everyone.shape[0] != pool or np.unique(everyone).shape[0] != pool:
+            fail("blocks", f"placed ({ids.shape[0]}) and free ({nfree}) blocks should be the {pool} "
+                           f"blocks, once each")  # fmt: skip
+        sizes = self.size[ids].astype(np.int64)
+        low = 0 if ids.shape[0] == 1 else 1
+        bad = np.flatnonzero((sizes < low) | (sizes >= ROOM))
+        if bad.shape[0]:
+            j = int(bad[0])
+            fail("blocks", f"size[{ids[j]}] (position {placed[j]}) should lie in [{low}, {ROOM - 1}], "
+                           f"but got {sizes[j]}")  # fmt: skip
+        keys = np.concatenate([self.row_key[b, : self.size[b]] for b in ids])
+        codes = np.concatenate([self.row_code[b, : self.size[b]] for b in ids])
+        ordered = (keys[:-1] > keys[1:]) | ((keys[:-1] == keys[1:]) & (codes[:-1] > codes[1:]))
+        if not ordered.all():
+            j = int(np.argmin(ordered))
+            owner = int(np.searchsorted(np.cumsum(sizes), j, side="right"))
+            fail("rows", f"pair {j} ({keys[j]}, {codes[j]}) should come before pair {j + 1} "
+                         f"({keys[j + 1]}, {codes[j + 1]}) (block at position {placed[owner]})")  # fmt: skip
+        filled = np.flatnonzero(~np.isnan(self.keys))
+        slots = codes % cap
+        if int(self.meta[1]) != filled.shape[0]:
+            fail("slots", f"count should be {filled.shape[0]} filled slots, but got {int(self.meta[1])}")
+        if not np.array_equal(np.sort(slots), filled):
+            fail("slots", f"rows should hold the {filled.shape[0]} filled slots once each, but hold "
+                          f"{slots.shape[0]} pairs ({np.unique(slots).shape[0]} distinct slots)")  # fmt: skip
+        wrong = np.flatnonzero((self.keys[slots] != keys) | (self.stamps[slots] * cap + slots != codes))
+        if wrong.shape[0]:
+            j = int(wrong[0])
+            slot = int(slots[j])
+            fail("slots", f"the pair of slot {slot} should be ({self.keys[slot]}, "
+                          f"{self.stamps[slot] * cap + slot}), but got ({keys[j]}, {codes[j]})")  # fmt: skip
+        left_key, left_code = np.inf, 0
+        last = int(placed[-1])
+        for p in range(positions):
+            b = int(self.block_at[p])
+            key, code = float(self.bound_key[p]), int(self.bound_code[p])
+            if b == _EMPTY:
+                if (key, code) != (left_key, left_code):
+                    fail("bounds", f"empty position {p} should repeat the bound on its left "
+                                   f"({left_key}, {left_code}), but got ({key}, {code})")  # fmt: skip
+                continue
+            n = int(self.size[b])
+            if p == last:
+                if (key, code) != (-np.inf, 0):
+                    fail("bounds", f"the last block (position {p}) should have bound (-inf, 0), "
+                                   f"but got ({key}, {code})")  # fmt: skip
+            else:
+                if n and before(key, code, float(self.row_key[b, n - 1]), int(self.row_code[b, n - 1])):
+                    fail("bounds", f"the bound ({key}, {code}) of position {p} should not come before "
+                                   f"its block's last pair")  # fmt: skip
+                nxt = int(self.block_at[placed[np.searchsorted(placed, p, side="right")]])
+                if not before(key, code, float(self.row_key[nxt, 0]), int(self.row_code[nxt, 0])):
+                    fail("bounds", f"the bound ({key}, {code}) of position {p} should come before the "
+                                   f"next block's first pair")  # fmt: skip
+            left_key, left_code = key, code
+        groups = positions // GROUP
+        edge = np.arange(groups) * GROUP + GROUP - 1
+        if not (
+            np.array_equal(self.bound_key[positions:], self.bound_key[edge])
+            and np.array_equal(self.bound_code[positions:], self.bound_code[edge])
+        ):
+            fail("bounds", "each group's bound should be the bound of its last position")
+        per_position = np.zeros(positions, dtype=np.int64)
+        per_position[placed] = sizes
+        if not np.array_equal(self.counts[:positions], per_position):
+            p = int(np.argmax(self.counts[:positions] != per_position))
+            fail("counts", f"counts[{p}] should be {per_position[p]} (its block's size), but got "
+                           f"{self.counts[p]}")  # fmt: skip
+        totals = np.concatenate(([0], np.cumsum(per_position.reshape(groups, GROUP).sum(axis=1))))
+        for i in range(1, groups + 1):
+            want = totals[i] - totals[i - (i & -i)]
+            if self.counts[positions + i] != want:
+                fail("counts", f"Fenwick entry {i} should hold {want} pairs (groups {i - (i & -i)} .. "
+                               f"{i - 1}), but got {self.counts[positions + i]}")  # fmt: skip
