@@ -1,13 +1,13 @@
 """Draws of the rank sampler, bit for bit, against a sequence recorded before ``SortedOrder``'s
-re-layout became local (issue 15).
+layout changed (issue 15).
 
 ``SortedOrder`` keeps the order exact and total (ties by write stamp), so which slot sits at each
 rank is a function of the priorities and stamps alone, never of how the blocks are laid out.
-Changing the layout policy (where a split's new block goes, when and how much is re-laid) must
+Changing the layout (gapped positions re-laid in ``O(N)`` whenever a split found no free
+position near it, then a B+-tree whose blocks and nodes split, merge and even out locally) must
 therefore leave every draw unchanged.  ``tests/expected/order_draws.npz`` holds the indices,
 probabilities and weights that :func:`workload` drew at commit ``ee0da2f`` (main before the
-change, whose every block split near a crowded end of the memory re-laid all blocks in
-``O(N)``); the test replays the workload on the current code and compares bytes.
+change); the test replays the workload on the current code and compares bytes.
 
 The workload exercises what the layout change touches: a memory built full at the maximum
 priority (every later priority lands above or below all of those ties, in the first and last
