@@ -317,8 +317,8 @@ COMPARE_SETS = ("env", "arm", "actors", "envs_per_actor", "total_steps", "n_step
 
 
 def compare(config: CompareConfig, argv: list[str]) -> dict[str, Any]:
-    """Every seed's Ape-X and single-process runs, one after the other; write ``<out>.json``,
-    ``<out>.png`` and ``<out>.md``."""
+    """Every seed's Ape-X and single-process runs, one after the other; ``<out>.json``, ``<out>.png``
+    and ``<out>.md`` are rewritten after each seed, so a study cut short keeps the seeds it finished."""
     started = time.perf_counter()
     apex_labels = {ratio: f"{config.arm} Ape-X {config.actors} actors, {ratio}" for ratio in config.ratios}
     single_label = f"{config.arm} single process"
@@ -335,10 +335,17 @@ def compare(config: CompareConfig, argv: list[str]) -> dict[str, Any]:
             results.append({**single, "label": single_label})
             print(f"seed {seed}, one process: {single['wall_s']:.0f} s, {single['updates']} updates, best "
                   f"policy {single['best_policy_score']:.1f}")  # fmt: skip
+            report = _write_compare(config, argv, results, time.perf_counter() - started)
     finally:
         if own:
             ray.shutdown()
+    return report
+
+
+def _write_compare(config: CompareConfig, argv: list[str], results: list[dict[str, Any]],
+                   wall: float) -> dict[str, Any]:  # fmt: skip
     curves = collect(results)
+    labels = list(dict.fromkeys(r["label"] for r in results))
     report = {
         "command": "python -m recipes.apex_dqn " + shlex.join(argv),
         "machine": _machine(),
@@ -346,10 +353,9 @@ def compare(config: CompareConfig, argv: list[str]) -> dict[str, Any]:
         "device": results[0]["device"],
         "ray_version": ray.__version__,
         "config": asdict(config),
-        "wall_s": time.perf_counter() - started,
+        "wall_s": wall,
         "summary": {
-            label: _summary([r for r in results if r["label"] == label], curves[label])
-            for label in (*apex_labels.values(), single_label)
+            label: _summary([r for r in results if r["label"] == label], curves[label]) for label in labels
         },
         "curves": curves,
         "runs": [_compare_row(r) for r in results],
@@ -360,7 +366,7 @@ def compare(config: CompareConfig, argv: list[str]) -> dict[str, Any]:
     title = f"{config.env}: Ape-X ({config.actors} actors) and one process, {config.total_steps:,} env steps"
     plot(curves, out.with_suffix(".png"), title=f"{title}; {_cores()}")
     out.with_suffix(".md").write_text(_compare_markdown(report, out.stem))
-    print(f"wrote {out}.json, {out}.png and {out}.md")
+    print(f"wrote {out}.json, {out}.png and {out}.md ({len(results)} runs)")
     return report
 
 
