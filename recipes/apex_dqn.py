@@ -449,9 +449,10 @@ class Learner:
     def publish(self) -> ray.ObjectRef:
         """θ for the actors; first waits for the priority updates sent since the last time (a
         shard's error surfaces here, and the calls in flight stay bounded)."""
-        with self.timer("publish"):
+        with self.timer("update_priorities"):
             ray.get(self._sent)
             self._sent = []
+        with self.timer("publish"):  # the weights' transport alone, as reported
             self.publishes += 1
             return publish(self.q)
 

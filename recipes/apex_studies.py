@@ -78,6 +78,7 @@ class ScalingConfig:
     device: str = "auto"
     """The learner's device."""
     seed: int = 0
+    """Seed of every run."""
     out: str = "runs/apex_dqn/apex_scaling"
     """Output prefix: <out>.json, <out>.png, <out>.md; the runs under <out>_runs/."""
     apex: dict[str, Any] | None = None
@@ -248,16 +249,19 @@ class CompareConfig:
     """Ape-X and the single-process recipe at the same env steps, seeds, arm and n-step."""
 
     env: str = "CartPole-v1"
+    """Gymnasium id (CartPole-v1, MinAtar/Breakout-v1, ...)."""
     arm: str = "proportional"
     """The recipe's arm, for both: uniform, proportional or rank."""
     actors: int = 2
     """Ape-X actors."""
     envs_per_actor: int = 4
+    """Environments per Ape-X actor."""
     total_steps: int = 50_000
     """Env steps of every run (summed over Ape-X's actors)."""
     seeds: int = 3
     """Seeds seed, seed + 1, ...: each gets one Ape-X and one single-process run."""
     seed: int = 0
+    """The first seed."""
     device: str = "auto"
     """Both learners' device."""
     ratios: tuple[str, ...] = ("free", "matched")
@@ -363,11 +367,14 @@ def _write_compare(config: CompareConfig, argv: list[str], results: list[dict[st
     out = Path(config.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
-    title = f"{config.env}: Ape-X ({config.actors} actors) and one process, {config.total_steps:,} env steps"
-    plot(curves, out.with_suffix(".png"), title=f"{title}; {_cores()}")
+    plot(curves, out.with_suffix(".png"), title=compare_title(config))
     out.with_suffix(".md").write_text(_compare_markdown(report, out.stem))
     print(f"wrote {out}.json, {out}.png and {out}.md ({len(results)} runs)")
     return report
+
+
+def compare_title(config: CompareConfig) -> str:
+    return f"{config.env}, {config.total_steps:,} env steps, {_cores()}"
 
 
 def _final(scores: list[float]) -> float:

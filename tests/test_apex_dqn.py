@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("gymnasium")
 
-from recipes.apex_dqn import ApexConfig, NStepBuilder, actor_epsilon, train
+from recipes.apex_dqn import ApexConfig, NStepBuilder, actor_epsilon, main, train
 from recipes.cli import ConfigError
 
 
@@ -83,6 +83,22 @@ def test_nstep_builder_interleaves_environments_and_flushes_open_windows() -> No
 def test_config_errors_name_the_option(changes: dict[str, Any], option: str) -> None:
     with pytest.raises(ConfigError, match=option):
         ApexConfig(**changes)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "--actors", "0"], "error: --actors should be > 0, but got 0"),
+        (["scaling", "--actors", "0,2"], "error: --actors should be a comma list of counts >= 1"),
+        (["compare", "--ratios", "fast"], "error: --ratios should be a comma list of distinct values"),
+        (["compare", "--apex", '{"seed": 1}'], "error: --apex should name fields of ApexConfig"),
+        (["sweep"], "error: the command should be one of train, scaling, compare, but got sweep"),
+    ],
+)
+def test_command_line_errors_are_one_line(argv: list[str], message: str, capsys: Any) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
 SMALL = {"learning_starts": 200, "batch_size": 16, "memory_size": 4000, "eval_steps": 200, "eval_episodes": 2,
