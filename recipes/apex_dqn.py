@@ -541,7 +541,7 @@ class RunState:
 def train(config: ApexConfig) -> dict[str, Any]:
     """Run actors and learner until ``total_steps`` env steps; write ``apex_dqn.json`` to the run
     folder and return its contents.  Starts Ray (and shuts it down) unless it is running."""
-    started = time.perf_counter()
+    started, load_start = time.perf_counter(), os.getloadavg()
     cfg = learner_config(config)
     folder = run_dir(config)
     folder.mkdir(parents=True, exist_ok=True)
@@ -626,8 +626,9 @@ def train(config: ApexConfig) -> dict[str, Any]:
         stats = replay.stats()
     finally:
         bar.close()
-        for handle in [*actors, *replay.shards]:
-            ray.kill(handle)
+        for actor in actors:
+            ray.kill(actor)
+        replay.shutdown()
         if own_ray:
             ray.shutdown()
     record = evaluator.record
@@ -640,6 +641,7 @@ def train(config: ApexConfig) -> dict[str, Any]:
     evaluator.env.close()
     result = summary(config, cfg, learner, run, record, totals, stats, fleet.steps, learning, best,
                      time.perf_counter() - started, folder)  # fmt: skip
+    result["loadavg"] = {"start": load_start, "end": os.getloadavg()}  # other jobs on the machine show here
     (folder / "apex_dqn.json").write_text(to_json(result))
     return result
 

@@ -130,6 +130,7 @@ def scaling(config: ScalingConfig, argv: list[str]) -> dict[str, Any]:
         "config": asdict(config),
         "apex_config": asdict(runs[0]),
         "wall_s": time.perf_counter() - started,
+        "loadavg_end": os.getloadavg(),
         "runs": rows,
     }
     out = Path(config.out)
@@ -167,6 +168,7 @@ def _scaling_row(result: dict[str, Any]) -> dict[str, Any]:
         "publish_ms_mean": result["weights"]["publish_ms_mean"],
         "pull_ms_mean": result["weights"]["pull_ms_mean"],
         "wall_s": result["wall_s"],
+        "loadavg": result["loadavg"],
         "run_dir": result["run_dir"],
     }
 
@@ -358,6 +360,7 @@ def _write_compare(config: CompareConfig, argv: list[str], results: list[dict[st
         "ray_version": ray.__version__,
         "config": asdict(config),
         "wall_s": wall,
+        "loadavg_end": os.getloadavg(),
         "summary": {
             label: _summary([r for r in results if r["label"] == label], curves[label]) for label in labels
         },
