@@ -244,6 +244,9 @@ def weighted_td_loss(
     return total / delta.shape[-1] if reduction == "mean" else total
 
 
+# -- acting and storing (Algorithm 1, lines 4-6) -----------------------------------------------------
+
+
 def act(
     q: Callable[[torch.Tensor], torch.Tensor],
     obs: np.ndarray,

@@ -407,6 +407,14 @@ def markdown(
     return "\n".join(lines)
 
 
+def write_markdown(
+    config: SweepConfig, results: list[dict[str, Any]], curves: dict[str, Any], wall: float, path: Path,
+    machine: str | None = None,
+) -> None:  # fmt: skip
+    """:func:`markdown` written to ``path`` (the old name, for modules that import it)."""
+    path.write_text(markdown(config, results, curves, wall, path.stem, machine))
+
+
 COMMANDS = ("sweep", "plot")
 EPILOG = (
     "Commands: sweep (every arm x seed [x grid point] of one environment; python -m recipes.dqn_sweep "
