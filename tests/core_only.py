@@ -28,6 +28,7 @@ OPTIONAL_MODULES: dict[str, tuple[str, ...]] = {
 # Top-level modules of the extras (pyproject's optional dependencies and what they pull in).
 EXTRAS = (
     "ale_py",
+    "cloudpickle",
     "cpprb",
     "cv2",
     "gymnasium",
