@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine (only the package registries are needed):
 #   make demo   create .venv, install the project, run the main job (tour, Cliffwalk, imbalanced MNIST)
 #   make test   create .venv, install the project with its test tools, lint, type-check, test
+#   make test-core   the tests in .venv-core, with only the core dependencies (extras' tests skip)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +10,7 @@ STAMP := $(VENV)/.prisample-installed
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: demo test lint bench offpolicy clean
+.PHONY: demo test test-core lint bench offpolicy clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +30,22 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest
 
+# Core only: numpy, numba and torch (pinned to the version on local disk) plus pytest and hypothesis.
+# `import prisample` must import no extra; tests that need one skip (pytest.importorskip, conftest.py).
+CORE_VENV := .venv-core
+CORE_TORCH ?= torch==2.14.1
+CORE_STAMP := $(CORE_VENV)/.prisample-installed
+
+$(CORE_STAMP): pyproject.toml
+	rm -rf $(CORE_VENV)
+	$(PYTHON) -m venv $(CORE_VENV)
+	$(CORE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check '$(CORE_TORCH)' -e . pytest hypothesis
+	touch $(CORE_STAMP)
+
+test-core: $(CORE_STAMP)
+	$(CORE_VENV)/bin/python -m tests.core_only --no-extras
+	$(CORE_VENV)/bin/python -m pytest
+
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all
 
@@ -36,4 +53,4 @@ offpolicy: $(STAMP)
 	$(BIN)/python -m recipes.offpolicy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(CORE_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

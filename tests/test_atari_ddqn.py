@@ -12,6 +12,11 @@ import pytest
 import torch
 from torch import nn
 
+pytest.importorskip("gymnasium")
+pytest.importorskip("yaml")
+pytest.importorskip("tqdm")
+pytest.importorskip("cloudpickle")
+
 from recipes.atari_ddqn import (
     DDQNConfig,
     DQNRMSprop,

@@ -14,6 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+pytest.importorskip("gymnasium")
+pytest.importorskip("yaml")
+pytest.importorskip("tqdm")
+pytest.importorskip("cloudpickle")
+
 from prisample.replay import PrioritizedReplay
 from recipes import atari_sweep
 from recipes.atari_ddqn import load_config, train

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytest.importorskip("tqdm")
+
 from prisample import Draw, PrioritizedSampler
 from recipes.cliffwalk import (
     AGENTS,

@@ -182,6 +182,7 @@ def _fed_bundle(tmp_path: Path) -> tuple[Diagnostics, PrioritizedSampler]:
 
 
 def test_bundle_records_plots_and_saves(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
     diag, s = _fed_bundle(tmp_path)
     assert diag.counter is not None
     assert diag.counter.draws == 56 * 4 and len(diag.td) == 4 and len(diag.probability) == 4
@@ -203,6 +204,7 @@ def test_bundle_records_plots_and_saves(tmp_path: Path) -> None:
 
 
 def test_plot_probability_vs_error_alone(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
     s = PrioritizedSampler(50, alpha=0.7, backend="rank", seed=0)
     s.update_priorities(np.arange(50), np.random.default_rng(0).exponential(size=50))
     eff = effective_probability(s)

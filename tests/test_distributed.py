@@ -10,9 +10,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+pytest.importorskip("lightning")
+
 import lightning.pytorch as pl
 import numpy as np
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp

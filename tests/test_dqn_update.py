@@ -13,6 +13,11 @@ import numpy as np
 import pytest
 import torch
 
+pytest.importorskip("gymnasium")
+pytest.importorskip("yaml")
+pytest.importorskip("tqdm")
+pytest.importorskip("cloudpickle")
+
 from recipes.atari_ddqn import Batch, DQNRMSprop, QNetwork, load_config, make_optimizer, td_loss
 from recipes.dqn_envs import EnvSpec
 from recipes.dqn_stacked import StackedQNetwork

@@ -13,6 +13,10 @@ import numpy as np
 import pytest
 import torch
 
+pytest.importorskip("lightning")
+pytest.importorskip("torchvision")
+pytest.importorskip("jsonargparse")
+
 from recipes import imbalanced_mnist as rec
 from recipes import mnist_data
 

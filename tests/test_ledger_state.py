@@ -15,7 +15,6 @@ from hypothesis import HealthCheck, given, settings
 from prisample import PrioritizedSampler
 from prisample.distributed import DistributedPrioritizedSampler
 from prisample.ledger import DrawLedger
-from prisample.lightning import PrioritizedSamplingCallback, _to_tensors
 from tests.state_fuzz import check_load, corrupted_states
 
 CAPACITY, BATCH = 20, 4
@@ -102,6 +101,9 @@ def test_corrupted_states_are_refused_or_consistent(kind: str) -> None:
 
 
 def test_callback_corrupted_states_are_refused_or_consistent() -> None:
+    pytest.importorskip("lightning")
+    from prisample.lightning import PrioritizedSamplingCallback, _to_tensors
+
     def fresh() -> PrioritizedSamplingCallback:
         return PrioritizedSamplingCallback(sampler=drawn("ledger"))
 

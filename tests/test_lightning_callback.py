@@ -7,9 +7,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+pytest.importorskip("lightning")
+
 import lightning.pytorch as pl
 import numpy as np
-import pytest
 import torch
 from torch.nn import functional
 from torch.utils.data import DataLoader, TensorDataset

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+pytest.importorskip("tqdm")
+
 from recipes.offpolicy import (
     ARMS,
     Model,

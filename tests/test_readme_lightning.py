@@ -7,6 +7,9 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+pytest.importorskip("lightning")
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

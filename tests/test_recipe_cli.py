@@ -9,6 +9,13 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("gymnasium")
+pytest.importorskip("yaml")
+pytest.importorskip("tqdm")
+pytest.importorskip("cloudpickle")
+pytest.importorskip("lightning")
+pytest.importorskip("jsonargparse")
+
 from recipes import cli
 from recipes.atari_ddqn import DDQNConfig, load_config, main
 from recipes.cliffwalk import CliffwalkConfig

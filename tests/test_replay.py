@@ -438,8 +438,8 @@ def test_huge_memory_warns_before_allocating() -> None:
 def test_stacks_equal_real_atari_stacks() -> None:
     """Two Pong environments with Gymnasium's Atari preprocessing and frame stacking, interleaved
     as two streams, with short truncated episodes: every stored stack reads back as produced."""
-    import ale_py
-    import gymnasium as gym
+    ale_py = pytest.importorskip("ale_py")
+    gym = pytest.importorskip("gymnasium")
 
     gym.register_envs(ale_py)
 

@@ -10,6 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+pytest.importorskip("gymnasium")
+pytest.importorskip("yaml")
+pytest.importorskip("tqdm")
+pytest.importorskip("cloudpickle")
+
 import recipes.atari_ddqn as ddqn
 from prisample import LaBER
 from prisample.losses import lap_loss

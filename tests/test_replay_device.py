@@ -13,13 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from gymnasium.vector import AutoresetMode
 
 from prisample.replay import PrioritizedReplay, ReplayMemory
 from prisample.replay.device import TorchFrames
 from tests.state_fuzz import states_equal
 from tests.test_replay import FRAME, StackingEnv
-from tests.test_vector_env import GAMMA, NUM_ENVS, make_envs
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 FIELDS = ("obs", "action", "reward", "discount", "next_obs", "generation")
@@ -257,6 +255,9 @@ def test_dict_observations_on_the_device(device: str, n: int) -> None:
     """Dict observations (a gymnasium Dict space through add_vector_step): each key's obs and
     next_obs columns are mirrored on the device (made at the first add), next_obs read at the
     window's last slot; copies and pickles keep them mirrored; states cross devices."""
+    AutoresetMode = pytest.importorskip("gymnasium.vector").AutoresetMode
+    from tests.test_vector_env import GAMMA, NUM_ENVS, make_envs
+
     shape = {"pos": (2,), "parity": ()}
     kwargs: dict[str, Any] = {
         "num_streams": NUM_ENVS,

@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+pytest.importorskip("tqdm")
+
 from recipes import supervised_beta as rec
 
 

@@ -11,9 +11,12 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
+pytest.importorskip("gymnasium")
+
 import gymnasium as gym
 import numpy as np
-import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from hypothesis import given, settings
 
