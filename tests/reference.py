@@ -330,14 +330,6 @@ def clone(sampler: PrioritizedSampler, seed: int = 12345) -> PrioritizedSampler:
     return other
 
 
-def exactly_sorted(sampler: PrioritizedSampler) -> PrioritizedSampler:
-    """``sampler`` with its rank order made exact (a no-op for backends that keep it exact)."""
-    resort = getattr(sampler.backend, "resort", None)
-    if resort is not None:
-        resort()
-    return sampler
-
-
 def assert_draws_equal(a: Any, b: Any) -> None:
     np.testing.assert_array_equal(a.indices, b.indices)
     np.testing.assert_array_equal(a.weights, b.weights)
