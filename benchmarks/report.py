@@ -30,7 +30,14 @@ SECTIONS = Path(__file__).parent / "sections"
 RESULTS = "benchmarks/results.json"
 RERENDER = "python -m benchmarks.run_all --from-json benchmarks/results.json --out docs/benchmarks.md"
 PLACEHOLDER = re.compile(r"^\{\{\s*(?P<name>[\w.-]+)\s*\}\}$")
-PAGE = ("run_all.md", "atari_ddqn.md", "imbalanced_mnist.md", "lock_overhead.md", "replay_step.md")
+PAGE = (
+    "run_all.md",
+    "atari_ddqn.md",
+    "imbalanced_mnist.md",
+    "lock_overhead.md",
+    "replay_step.md",
+    "torchrl_sampler.md",
+)
 """The sections of ``docs/benchmarks.md``, in order."""
 
 
@@ -144,6 +151,11 @@ TABLES: dict[str, Table] = {
         "benchmarks.replay_step:targets",
         _REPLAY_STEP,
         unchecked=("against", "target"),  # n_step=3, the bounds
+    ),
+    "torchrl_sampler.steps": Table(
+        "benchmarks/measurements/torchrl_sampler.json",
+        "benchmarks.torchrl_sampler:table",
+        "OMP_NUM_THREADS=1 python -m benchmarks.torchrl_sampler",
     ),
 }
 
