@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from prisample import PrioritizedReplay
     from prisample.ray import RemoteReplay
 
+    load_start = list(os.getloadavg())
     started = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     ray_start_s = time.perf_counter() - started
@@ -178,6 +179,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ray_start_s": ray_start_s,
         "shard_actor_start_s": actor_start_s,
         "results": results,
+        "loadavg_start": load_start,
+        "loadavg_end": list(os.getloadavg()),
     }
     ray.shutdown()
     print(f"{'case':32s} {'median µs':>10s} {'p99 µs':>10s} {'× local':>8s}")

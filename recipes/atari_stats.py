@@ -38,6 +38,8 @@ from typing import Any, NamedTuple, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from recipes import outputs
+
 FloatArray: TypeAlias = npt.NDArray[np.float64]
 Scores: TypeAlias = Mapping[str, npt.ArrayLike] | npt.ArrayLike
 """Scores of several games: a mapping game → that game's runs (any number of runs per game), or
@@ -264,18 +266,14 @@ def plot(
     human-normalised scores per arm with their bootstrap intervals, the published agents' values
     on the same games as open diamonds.  ``result`` is :func:`aggregate`'s (computed when
     omitted)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = outputs.pyplot()
     data = load_sweep(sweep)
     reference = load_reference() if reference is None else reference
     result = aggregate(data, reference) if result is None else result
     scores = sweep_scores(data)
     arms = list(scores)
     games = list(data["games"])
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    palette = outputs.default_colors()
     colors = {arm: palette[i % len(palette)] for i, arm in enumerate(arms)}
     agents = list(result["published"])
     line_styles = ["--", ":", "-."]
@@ -369,7 +367,7 @@ def table_markdown(
         f"IQM ({level}% CI)",
         f"mean ({level}% CI)",
     ]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
 
     def cells(entry: Mapping[str, Any]) -> list[str]:
         out = []
@@ -390,7 +388,7 @@ def table_markdown(
             _ci(entry["iqm"]),
             _ci(entry["mean"]),
         ]
-        lines.append("| " + " | ".join(row) + " |")
+        rows.append(row)
     for agent, entry in result["published"].items():
         row = [
             f"{agent} (published)",
@@ -398,8 +396,8 @@ def table_markdown(
             *cells(entry),
             *(f"{entry[k]:.3f}" if math.isfinite(entry[k]) else "–" for k in ("median", "iqm", "mean")),
         ]
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append(row)
+    return outputs.markdown_table(header, rows) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> None:

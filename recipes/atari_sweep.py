@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from recipes import outputs
 from recipes.atari_ddqn import CONFIG_DIR
 from recipes.dqn_envs import atari_rom, check_env
 
@@ -80,13 +81,13 @@ def run_games(games: list[str], commands: list[list[str]], jobs: int) -> dict[st
     return walls
 
 
-def merge(games: list[str], outputs: list[Path], protocol: str, walls: dict[str, float]) -> dict[str, Any]:
+def merge(games: list[str], game_jsons: list[Path], protocol: str, walls: dict[str, float]) -> dict[str, Any]:
     """The sweep's JSON from the games' results."""
     result: dict[str, Any] = {"device": None, "protocol": {"name": protocol}, "games": {}, "processes": {}}
     result["protocol"]["settings"] = yaml.safe_load(
         (CONFIG_DIR / "protocols" / f"{protocol}.yaml").read_text()
     )
-    for env, path in zip(games, outputs, strict=True):
+    for env, path in zip(games, game_jsons, strict=True):
         run = json.loads(path.read_text())
         result["device"] = run["device_name"]
         arms: dict[str, Any] = {}
@@ -127,26 +128,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         check_env(env)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        outputs = [Path(tmp) / f"{atari_rom(env)}.json" for env in games]
+        game_jsons = [Path(tmp) / f"{atari_rom(env)}.json" for env in games]
         sets = [f"device={args.device}", *args.set]
         commands = [
             game_command(env, args.arms, args.seeds, args.protocol, sets, out)
-            for env, out in zip(games, outputs, strict=True)
+            for env, out in zip(games, game_jsons, strict=True)
         ]
         walls = run_games(games, commands, args.jobs or len(games))
-        result = merge(games, outputs, args.protocol, walls)
+        result = merge(games, game_jsons, args.protocol, walls)
     result["wall_s"] = time.perf_counter() - started
-    result["command"] = "python -m recipes.atari_sweep " + " ".join(sys.argv[1:] if argv is None else argv)
+    result["command"] = outputs.argv_command(
+        "python -m recipes.atari_sweep", sys.argv[1:] if argv is None else argv
+    )
     try:
         from recipes import atari_stats
     except ImportError:  # the aggregates need recipes/atari_stats.py
         atari_stats = None  # type: ignore[assignment]
+    args.out.parent.mkdir(parents=True, exist_ok=True)  # before the plot, which is written beside it
     if atari_stats is not None:
         reference = atari_stats.load_reference()
         result["aggregates"] = atari_stats.aggregate(result, reference)
         atari_stats.plot(result, reference, args.plot or args.out.with_suffix(".png"))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
+    outputs.write_json(args.out, result, default=float)
     print(f"wrote {args.out} ({result['wall_s']:.0f} s)")
     return result
 

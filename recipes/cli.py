@@ -11,7 +11,6 @@ turns a command line into such a config with jsonargparse, after rewriting comma
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 import types
 import typing
@@ -19,6 +18,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields, is_dataclass
 from typing import Any, TypeVar
+
+from recipes.outputs import command_line as command_line  # where it lived before recipes/outputs.py
 
 T = TypeVar("T")
 
@@ -180,24 +181,6 @@ def _one_line_parser() -> type[Any]:
             raise SystemExit(2)
 
     return OneLineErrors
-
-
-def command_line(prog: str, config: object, default: object, skip: Iterable[str] = ()) -> str:
-    """``prog`` with the fields where ``config`` differs from ``default``, lists as comma lists: the
-    command that reproduces ``config``."""
-    args = [prog]
-    for f in fields(config):  # type: ignore[arg-type]
-        value = getattr(config, f.name)
-        if f.name in skip or value == getattr(default, f.name):
-            continue
-        if isinstance(value, tuple | list):
-            shown = ",".join(str(v) for v in value)
-        elif isinstance(value, dict):
-            shown = json.dumps(value)
-        else:
-            shown = str(value)
-        args.append(f"--{f.name} {shlex.quote(shown)}")
-    return " ".join(args)
 
 
 def field_overrides(items: Iterable[str]) -> dict[str, Any]:

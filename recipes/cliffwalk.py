@@ -23,13 +23,7 @@ leaves open are listed in ``docs/recipes/cliffwalk.md``.
 
 from __future__ import annotations
 
-import json
-import math
-import os
-import platform
-import re
 import time
-from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +35,8 @@ import numpy.typing as npt
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from prisample import PrioritizedSampler
-from recipes import cli
+from recipes import cli, cliffwalk_report, outputs
+from recipes.cliffwalk_report import Results
 
 Representation = Literal["tabular", "linear"]
 Agent = Literal["uniform", "oracle", "greedy", "rank", "proportional"]
@@ -375,8 +370,6 @@ def run_one(
 
 # -- the experiment -------------------------------------------------------------------------------
 
-Results = dict[str, dict[str, dict[str, list[int | None]]]]
-
 
 def _run_task(task: tuple[CliffwalkConfig, Representation, Agent, int, int]) -> int | None:
     return run_one(*task)
@@ -414,161 +407,23 @@ def run_experiment(config: CliffwalkConfig, progress: bool = True) -> Results:
     return results
 
 
-def summarize(values: Sequence[int | None]) -> tuple[float, float, float]:
-    """(median, min, max) of the updates, a capped run counting as infinitely many."""
-    x = np.array([math.inf if v is None else v for v in values], dtype=np.float64)
-    return float(np.median(x)), float(x.min()), float(x.max())
-
-
-def memory_size(n: int) -> int:
-    """``2^(n+1) - 2`` transitions in the memory of a chain of length ``n``."""
-    return int(2 ** (n + 1) - 2)
-
-
 # -- outputs --------------------------------------------------------------------------------------
-
-STYLE = {
-    "uniform": ("black", "uniform"),
-    "oracle": ("deepskyblue", "oracle"),
-    "greedy": ("darkorange", "greedy TD error"),
-    "rank": ("red", "rank-based"),
-    "proportional": ("blue", "proportional"),
-}
-FIGURES: tuple[tuple[str, str, Representation, tuple[tuple[Representation, Agent], ...]], ...] = (
-    ("fig1_right", "Fig. 1 (right): uniform vs oracle, tabular", "tabular",
-     (("tabular", "uniform"), ("tabular", "oracle"))),
-    ("fig2_left", "Fig. 2 (left): greedy TD error, tabular", "tabular",
-     (("tabular", "uniform"), ("tabular", "oracle"), ("tabular", "greedy"))),
-    ("fig2_right", "Fig. 2 (right): rank-based and proportional, linear", "linear",
-     (("linear", "uniform"), ("linear", "oracle"), ("tabular", "oracle"), ("linear", "rank"),
-      ("linear", "proportional"))),
-)  # fmt: skip
-"""(file suffix, title, the panel's representation, (representation, agent) per line).  A line from
-the other representation is dashed: the linear oracle stalls for larger n (docs/recipes/cliffwalk.md),
-so the tabular one is drawn as a reference."""
-
-
-def plot(results: Results, out_dir: Path) -> list[Path]:
-    """Log-log plots in the style of Figs. 1 (right) and 2: median line, faint min and max."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    written = []
-    for name, title, panel, lines in FIGURES:
-        shown = [(rep, agent) for rep, agent in lines if agent in results.get(rep, {})]
-        if not any(rep == panel for rep, _ in shown):
-            continue
-        fig, ax = plt.subplots(figsize=(5.5, 4.2))
-        for rep, agent in shown:
-            color, label = STYLE[agent]
-            style = "-" if rep == panel else "--"
-            label += "" if rep == panel else f" ({rep})"
-            ns = sorted(int(n) for n in results[rep][agent])
-            stats = np.array([summarize(results[rep][agent][str(n)]) for n in ns])
-            x = np.array([memory_size(n) for n in ns], dtype=np.float64)
-            if not np.isfinite(stats[:, 0]).all():
-                label += f", no median for N ≥ {x[~np.isfinite(stats[:, 0])].min():,.0f}"
-            stats[~np.isfinite(stats)] = np.nan  # a median or max that did not converge is not drawn
-            ax.plot(x, stats[:, 0], color=color, ls=style, lw=2, marker="o", ms=3, label=label)
-            for k in (1, 2):
-                ax.plot(x, stats[:, k], color=color, ls=style, lw=0.8, alpha=0.35)
-        if ax.has_data() and np.isfinite(ax.dataLim.bounds).all():  # not when no run converged
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-        ax.set_xlabel("memory size N (transitions)")
-        ax.set_ylabel("updates until MSE < 1e-3")
-        ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=7, loc="upper left")
-        ax.grid(True, which="major", alpha=0.3)
-        fig.tight_layout()
-        path = out_dir / f"cliffwalk_{name}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
-    return written
-
-
-def _cell(values: Sequence[int | None]) -> str:
-    median, low, high = summarize(values)
-    failed = sum(v is None for v in values)
-
-    def fmt(x: float) -> str:
-        return "n.c." if math.isinf(x) else f"{x:,.0f}"
-
-    text = f"{fmt(median)} ({fmt(low)}–{fmt(high)})"
-    return text + (f" [{failed} n.c.]" if failed else "")
-
-
-def to_json(results: Results) -> str:
-    """``results`` as JSON with one line per list of updates (``null`` for a run that did not converge)."""
-    text = json.dumps(results, indent=1)
-    return re.sub(r"\[[^\[\]]*\]", lambda m: json.dumps(json.loads(m.group(0))), text) + "\n"
 
 
 def command_line(config: CliffwalkConfig) -> str:
     """The command that reproduces ``config``: the recipe with its non-default arguments."""
-    return cli.command_line("python -m recipes.cliffwalk", config, CliffwalkConfig())
-
-
-def write_markdown(
-    results: Results, config: CliffwalkConfig, runtime_s: float, pngs: list[Path], path: Path
-) -> None:
-    lines = [
-        "# Blind Cliffwalk: updates until convergence",
-        "",
-        "Written by `recipes/cliffwalk.py`; the setup and a discussion are in "
-        f"[docs/recipes/cliffwalk.md]({os.path.relpath('docs/recipes/cliffwalk.md', path.parent)}).  "
-        "Schaul et al. 2016, Figs. 1 (right) and 2.",
-        "",
-        f"- command: `{command_line(config)}`",
-        f"- runtime: {runtime_s:,.0f} s wall clock, {config.workers} worker process(es) on "
-        f"{os.cpu_count()} {platform.machine()} cores, {platform.python_implementation()} "
-        f"{platform.python_version()}",
-        f"- {config.seeds} seeds per cell: median number of updates (min–max).  `n.c.` = not converged: "
-        f"the run reached the cap of {config.max_updates:,} updates "
-        f"({min(config.max_updates, config.max_oracle_updates):,} for the oracle), or (oracle only) "
-        "stopped at a state where its best update changes no Q-value, which it would repeat up to any "
-        "cap; `null` in cliffwalk.json, counted as infinitely many updates in the median",
-        f"- convergence: MSE(Q, Q_true) over all 2n (state, action) pairs < {config.tolerance:g}; "
-        f"η = {config.step_size:g}, θ_i ~ N(0, {config.init_std:g}²), γ = 1 − 1/n",
-        f"- rank-based α = {config.alpha_rank:g}; proportional α = {config.alpha_proportional:g}, "
-        f"ε = {config.eps:g}; β = 0 (no importance weights); one transition per update",
-        "- initial priority: "
-        + (
-            "the maximal priority of the memory, 1, for every transition (the paper)"
-            if config.initial_priority == "max"
-            else "**variant, not the paper**: each slot's own |δ| under the initial θ"
-        ),
-        "",
-    ]
-    for rep in config.representations:
-        agents = list(results[rep])
-        lines += [f"## {rep.capitalize()}", ""]
-        lines.append("| n | memory size | " + " | ".join(agents) + " |")
-        lines.append("|---|---|" + "---|" * len(agents))
-        for n in range(config.min_n, config.max_n + 1):
-            cells = [_cell(results[rep][a][str(n)]) for a in agents]
-            lines.append(f"| {n} | {memory_size(n):,} | " + " | ".join(cells) + " |")
-        lines.append("")
-    lines += ["## Plots", ""]
-    lines += [f"![{p.stem}]({p.name})" for p in pngs]
-    path.write_text("\n".join(lines) + "\n")
+    return outputs.command_line("python -m recipes.cliffwalk", config, CliffwalkConfig())
 
 
 def main(config: CliffwalkConfig | None = None) -> Results:
     """Run the experiment and write the table, the JSON and the plots to ``config.out_dir``."""
     config = CliffwalkConfig() if config is None else config
     out_dir = Path(config.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     results = run_experiment(config)
     runtime = time.perf_counter() - start
-    (out_dir / "cliffwalk.json").write_text(to_json(results))
-    pngs = plot(results, out_dir)
-    write_markdown(results, config, runtime, pngs, out_dir / "cliffwalk.md")
-    print(f"wrote {out_dir}/cliffwalk.md, cliffwalk.json and {len(pngs)} plot(s) in {runtime:.0f} s")
+    written = cliffwalk_report.write(results, config, runtime, command_line(config))
+    print(f"wrote {out_dir}/cliffwalk.md, cliffwalk.json and {len(written) - 2} plot(s) in {runtime:.0f} s")
     return results
 
 

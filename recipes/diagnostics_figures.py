@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prisample.diagnostics import Diagnostics
-from recipes import cli
+from recipes import cli, outputs
 
 DQN_ARMS = ("uniform", "proportional", "rank")
 PARTS = ("dqn", "mnist")
@@ -183,9 +183,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runs += [run_dqn(config, arm, out) for arm in config.arms]
     if "mnist" in config.parts:
         runs.append(run_mnist(config, out))
-    command = cli.command_line("python -m recipes.diagnostics_figures", config, FiguresConfig())
+    command = outputs.command_line("python -m recipes.diagnostics_figures", config, FiguresConfig())
     report = {"command": command, "runs": runs, "wall_s": round(time.perf_counter() - started, 1)}
-    (out / "diagnostics_figures.json").write_text(json.dumps(_no_nan(report), indent=1) + "\n")
+    outputs.write_json(out / "diagnostics_figures.json", _no_nan(report))
     for run in runs:
         print(f"{run['name']}: {len(run['files'])} files in {run['wall_s']} s")
     print(f"wrote {out}/diagnostics_figures.json in {report['wall_s']} s")

@@ -29,8 +29,6 @@ import json
 import math
 import multiprocessing
 import os
-import platform
-import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -42,7 +40,7 @@ import numpy as np
 import yaml
 from tqdm import tqdm  # type: ignore[import-untyped]
 
-from recipes import cli
+from recipes import cli, outputs
 from recipes.atari_ddqn import ARMS, PAPER_ARMS, DDQNConfig, config_files, train
 from recipes.dqn_envs import atari_rom, env_family, load_atari_scores, normalized_score
 
@@ -161,7 +159,8 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
         else:
             results[i] = outcome
             bar.set_postfix_str(f"{run.arm} s{run.seed}: {outcome['steps_per_s']:.0f} steps/s", refresh=False)
-            out.with_suffix(".json").write_text(to_json(collect([r for r in results if r is not None])))
+            outputs.write_json(out.with_suffix(".json"), collect([r for r in results if r is not None]),
+                               compact_lists=True)  # fmt: skip
         bar.update()
 
     if config.jobs == 1:
@@ -184,10 +183,14 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
     if not finished:
         raise RuntimeError(f"every run of the sweep failed (see above); nothing written to {out}.*")
     curves = collect(finished)
-    out.with_suffix(".json").write_text(to_json(curves))
-    plot(curves, out.with_suffix(".png"), title=config.env)
-    plot(curves, out.with_name(out.name + "_weights.png"), title=config.env, metric="weight_mean")
-    write_markdown(config, finished, curves, wall, out.with_suffix(".md"))
+
+    def figures(_: Path) -> list[Path]:
+        weights = out.with_name(out.name + "_weights.png")
+        return [plot(curves, out.with_suffix(".png"), title=config.env),
+                plot(curves, weights, title=config.env, metric="weight_mean")]  # fmt: skip
+
+    table = markdown(config, finished, curves, wall, out.stem)
+    outputs.write_results(out.parent, out.stem, curves, table, figures, compact_lists=True)
     print(f"wrote {out}.json, {out}.png and {out}.md ({len(finished)} of {len(runs)} runs, {wall:.0f} s)")
     return curves
 
@@ -246,8 +249,7 @@ def collect(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def to_json(curves: dict[str, Any]) -> str:
     """JSON with one line per innermost list."""
-    text = json.dumps(curves, indent=1)
-    return re.sub(r"\[[^\[\]]*\]", lambda m: json.dumps(json.loads(m.group(0))), text) + "\n"
+    return outputs.json_text(curves, compact_lists=True)
 
 
 STYLE = {"uniform": ("black", "uniform (Double DQN)"), "proportional": ("blue", "proportional"),
@@ -270,14 +272,16 @@ def curve_stats(returns: list[list[float | None]]) -> tuple[np.ndarray, np.ndarr
 def plot(curves: dict[str, Any], path: Path, title: str, metric: str = "returns") -> Path:
     """Mean over seeds with the min–max band, per curve: the evaluation score (``returns``) or
     the mean importance weight of the batches (``weight_mean``)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     x_key = "steps" if metric == "returns" else "log_steps"
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    fig, ax = plt.subplots(figsize=(6, 4))
+    palette = outputs.default_colors()
+    with outputs.figure(path, figsize=(6, 4)) as (_, ax):
+        _draw_curves(ax, curves, x_key, metric, palette, title)
+    return path
+
+
+def _draw_curves(
+    ax: Any, curves: dict[str, Any], x_key: str, metric: str, palette: list[str], title: str
+) -> None:
     for i, (name, data) in enumerate(curves.items()):
         if not data.get(x_key):
             continue
@@ -297,10 +301,6 @@ def plot(curves: dict[str, Any], path: Path, title: str, metric: str = "returns"
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 def replot(config: PlotConfig) -> Path:
@@ -320,30 +320,12 @@ def replot(config: PlotConfig) -> Path:
     return out
 
 
-def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    text = f"{os.cpu_count()} × {cpu}"
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            text += f"; GPU {torch.cuda.get_device_name(0)}"
-        text += f"; torch {torch.__version__}, Python {platform.python_version()}"
-    except ImportError:
-        pass
-    return text
+_machine = outputs.machine_description  # the old name, for modules that import it
 
 
 def command_line(config: SweepConfig) -> str:
     """The command that reproduces the sweep: its non-default arguments."""
-    return cli.command_line("python -m recipes.dqn_sweep sweep", config, SweepConfig())
+    return outputs.command_line("python -m recipes.dqn_sweep sweep", config, SweepConfig())
 
 
 def _fmt(values: list[float]) -> str:
@@ -353,14 +335,14 @@ def _fmt(values: list[float]) -> str:
     return f"{np.mean(finite):.1f} ({min(finite):.1f} to {max(finite):.1f})"
 
 
-def write_markdown(
+def markdown(
     config: SweepConfig,
     results: list[dict[str, Any]],
     curves: dict[str, Any],
     wall: float,
-    path: Path,
+    stem: str,
     machine: str | None = None,
-) -> None:
+) -> str:
     """The sweep's record: command, machine, hyper-parameters, per-arm summary, per-run speed."""
     resolved = asdict(run_config(config, arm_list(config)[0], config.seed))
     scores = load_atari_scores().get(atari_rom(config.env)) if env_family(config.env) == "atari" else None
@@ -371,33 +353,34 @@ def write_markdown(
         "hyper-parameter and discussion in `docs/recipes/atari_ddqn.md`.",
         "",
         f"- command: `{command_line(config)}`",
-        f"- machine: {machine or _machine()}; {config.jobs} parallel run(s), one torch thread each, "
+        f"- machine: {machine or outputs.machine_description()}; {config.jobs} parallel run(s), one torch "
+        "thread each, "
         f"device `{config.device}`",
         f"- sweep wall time: {wall:,.0f} s for {len(results)} runs",
         f"- score: mean return of the evaluation episodes (ε = {config.eval_epsilon:g}, at most "
         f"{resolved['eval_episodes']} episodes / {resolved['eval_steps']:,} agent steps), every "
         f"{resolved['eval_every']:,} agent steps",
         "",
-        "| arm | seeds | steps reached | final score, mean (min to max) | best score, mean (min to max) "
-        "| agent steps/s per run | wall s per run |" + (" best normalised score (mean) |" if scores else ""),
-        "|---|---|---|---|---|---|---|" + ("---|" if scores else ""),
     ]
+    headers = ["arm", "seeds", "steps reached", "final score, mean (min to max)",
+               "best score, mean (min to max)", "agent steps/s per run", "wall s per run",
+               *(["best normalised score (mean)"] if scores else [])]  # fmt: skip
+    rows = []
     for arm, data in curves.items():
         finals = []
         for seed_index in range(len(data["seeds"])):
             column = [row[seed_index] for row in data["returns"] if row[seed_index] is not None]
             finals.append(column[-1] if column else math.nan)
-        row = (
-            f"| {arm} | {len(data['seeds'])} | {min(data['steps_reached']):,}–{max(data['steps_reached']):,} "
-            f"| {_fmt(finals)} | {_fmt(data['best'])} | {_fmt(data['steps_per_s'])} "
-            f"| {_fmt(data['wall_s'])} |"
-        )
+        reached = f"{min(data['steps_reached']):,}–{max(data['steps_reached']):,}"
+        row = [arm, len(data["seeds"]), reached, _fmt(finals), _fmt(data["best"]), _fmt(data["steps_per_s"]),
+               _fmt(data["wall_s"])]  # fmt: skip
         if scores:
             best = [b for b in data["best"] if math.isfinite(b)]
             random, human = float(scores["random"]), float(scores["human"])
             norm = float(np.mean(normalized_score(best, random, human))) if best else math.nan
-            row += f" {100 * norm:.0f}% |"
-        lines.append(row)
+            row.append(f"{100 * norm:.0f}%")
+        rows.append(row)
+    lines.append(outputs.markdown_table(headers, rows))
     if scores:
         lines += [
             "",
@@ -405,19 +388,31 @@ def write_markdown(
             f"{scores['human']:g}, Double DQN {scores['ddqn']:g}, rank-based {scores['ddqn_rank']:g}, "
             f"proportional {scores['ddqn_proportional']:g}.",
         ]
-    lines += ["", "## Hyper-parameters of every run", "", "| field | value |", "|---|---|"]
+    lines += ["", "## Hyper-parameters of every run", ""]
     skip = {"arm", "seed", "run_name", "progress", "log_dir", "resume", "alpha", "beta0", "beta_end"}
-    lines += [f"| {k} | `{v}` |" for k, v in resolved.items() if k not in skip]
+    lines.append(
+        outputs.markdown_table(
+            ["field", "value"], [(k, f"`{v}`") for k, v in resolved.items() if k not in skip]
+        )
+    )
     lines += [
         "",
         "α and β per arm: uniform α = 0, β = 0; proportional α = 0.6, β 0.4 → 1; rank α = 0.7, β 0.5 → 1; "
         "lap p = max(|δ|, 1), α = 0.4, β = 0; laber m = 4 (uniform large batch, weights mean|δ| / |δ_i|); "
         "unless given on the command line.",
         "",
-        f"![{path.stem}]({path.stem}.png)",
+        f"![{stem}]({stem}.png)",
         "",
     ]
-    path.write_text("\n".join(lines))
+    return "\n".join(lines)
+
+
+def write_markdown(
+    config: SweepConfig, results: list[dict[str, Any]], curves: dict[str, Any], wall: float, path: Path,
+    machine: str | None = None,
+) -> None:  # fmt: skip
+    """:func:`markdown` written to ``path`` (the old name, for modules that import it)."""
+    path.write_text(markdown(config, results, curves, wall, path.stem, machine))
 
 
 COMMANDS = ("sweep", "plot")

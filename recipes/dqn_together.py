@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import math
 import sys
 import time
@@ -45,7 +44,7 @@ import numpy as np
 import torch
 from tqdm import tqdm  # type: ignore[import-untyped]
 
-from recipes import cli
+from recipes import cli, outputs
 from recipes.atari_ddqn import (
     ARMS,
     Batch,
@@ -405,10 +404,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfgs = [replace(c, tensorboard=False) for c in cfgs]
     torch.set_num_threads(cfgs[0].threads)
     result = train_together(cfgs, progress=bool(args.progress))
-    result["command"] = "python -m recipes.dqn_together " + " ".join(sys.argv[1:] if argv is None else argv)
+    result["command"] = outputs.argv_command(
+        "python -m recipes.dqn_together", sys.argv[1:] if argv is None else argv
+    )
     result["device_name"] = torch.cuda.get_device_name(0) if cfgs[0].device.startswith("cuda") else "CPU"
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, default=float) + "\n")
+    outputs.write_json(args.out, result, default=float)
     return result
 
 

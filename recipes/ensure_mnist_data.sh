@@ -1,10 +1,10 @@
 #!/bin/sh
-# Data for recipes/imbalanced_mnist.py: MNIST when it is under ROOT or can be downloaded there;
+# Data for recipes/imbalanced_mnist.py (recipes/mnist_data.py): MNIST when it is under ROOT or can be downloaded there;
 # otherwise Fashion-MNIST from Debian's dataset-fashion-mnist package, installed when missing.
 # Usage: sh recipes/ensure_mnist_data.sh [PYTHON] [ROOT]
 PYTHON=${1:-python3}
 ROOT=${2:-data}
-"$PYTHON" -m recipes.imbalanced_mnist prepare --root "$ROOT" && exit 0
+"$PYTHON" -m recipes.mnist_data --root "$ROOT" && exit 0
 echo "MNIST is unavailable: installing Fashion-MNIST (Debian package dataset-fashion-mnist)" >&2
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -12,4 +12,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get install -y -qq dataset-fashion-mnist \
   || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq dataset-fashion-mnist; } \
   || exit 1
-"$PYTHON" -m recipes.imbalanced_mnist prepare --root "$ROOT"
+"$PYTHON" -m recipes.mnist_data --root "$ROOT"

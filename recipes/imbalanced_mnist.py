@@ -28,22 +28,14 @@ Every run of the comparison uses one torch thread whatever ``OMP_NUM_THREADS`` s
 sampler seeds from its own seed, so the same command on the same kind of machine gives the same
 numbers.
 
-Data: MNIST from ``--data.root`` (IDX files, as torchvision stores them), downloaded when the network
-allows.  Where it cannot be downloaded, Fashion-MNIST from Debian's ``dataset-fashion-mnist`` package
-(``/usr/share/datasets/fashion-mnist``), a drop-in 28×28 ten-class set, is used instead; every output
-names the dataset used.  ``python -m recipes.imbalanced_mnist prepare`` fetches the data and exits
-non-zero when neither is available.
+Data: MNIST from ``--data.root``, downloaded when the network allows, else Fashion-MNIST
+(``recipes/mnist_data.py``); every output names the dataset used.  ``python -m
+recipes.imbalanced_mnist prepare`` fetches the data and exits non-zero when neither is available.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
-import math
 import os
-import platform
-import socket
-import struct
 import sys
 import time
 import warnings
@@ -66,155 +58,15 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Samp
 from prisample import IndexedDataset, PrioritizedSampler
 from prisample.distributed import DistributedPrioritizedSampler
 from prisample.lightning import PrioritizedSamplingCallback, batch_weights
-from recipes import cli
+from recipes import cli, imbalanced_mnist_report, mnist_data, outputs
+from recipes.mnist_data import DATASET_NAMES, Dataset, imbalanced_split, load_idx_dir, locate_dataset
 
-Dataset = Literal["auto", "mnist", "fashion-mnist"]
 Arm = Literal["uniform", "informed", "prioritized"]
 ARMS: tuple[Arm, ...] = ("uniform", "informed", "prioritized")
 CONFIG_DIR = Path(__file__).parent / "configs" / "imbalanced_mnist"
-FASHION_MNIST_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
-DATASET_NAMES = {"mnist": "MNIST", "fashion-mnist": "Fashion-MNIST"}
-IDX_FILES = {
-    "train_images": "train-images-idx3-ubyte",
-    "train_labels": "train-labels-idx1-ubyte",
-    "test_images": "t10k-images-idx3-ubyte",
-    "test_labels": "t10k-labels-idx1-ubyte",
-}
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
-               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}  # fmt: skip
 
 
 # -- data ---------------------------------------------------------------------------------------
-
-
-def read_idx(path: str | Path) -> npt.NDArray[Any]:
-    """An IDX file (LeCun et al.'s MNIST format), plain or gzip-compressed, as a numpy array."""
-    path = Path(path)
-    with gzip.open(path) if path.suffix == ".gz" else path.open("rb") as handle:
-        data = handle.read()
-    zero, code, ndim = struct.unpack(">HBB", data[:4])
-    if zero != 0 or code not in _IDX_DTYPES:
-        raise ValueError(f"{path} is not an IDX file (magic bytes {data[:4]!r})")
-    shape = struct.unpack(f">{ndim}I", data[4 : 4 + 4 * ndim])
-    array = np.frombuffer(data, dtype=_IDX_DTYPES[code], offset=4 + 4 * ndim)
-    if array.size != math.prod(shape):
-        raise ValueError(f"{path} holds {array.size} values for the shape {shape}")
-    return array.reshape(shape).astype(array.dtype.newbyteorder("="))
-
-
-def write_idx(path: str | Path, array: npt.NDArray[np.uint8]) -> None:
-    """Write a uint8 array as an IDX file (gzip-compressed when ``path`` ends in ``.gz``)."""
-    path = Path(path)
-    header = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
-    payload = header + np.ascontiguousarray(array, dtype=np.uint8).tobytes()
-    with gzip.open(path, "wb") if path.suffix == ".gz" else path.open("wb") as handle:
-        handle.write(payload)
-
-
-def _idx_dir(candidates: Sequence[Path]) -> Path | None:
-    """The first directory holding all four IDX files (plain or ``.gz``)."""
-    for directory in candidates:
-        if all(
-            (directory / name).exists() or (directory / f"{name}.gz").exists() for name in IDX_FILES.values()
-        ):
-            return directory
-    return None
-
-
-def _mnist_dirs(root: Path) -> list[Path]:
-    return [root / "MNIST" / "raw", root / "mnist", root]
-
-
-def _fashion_dirs(root: Path) -> list[Path]:
-    return [root / "FashionMNIST" / "raw", root / "fashion-mnist", FASHION_MNIST_SYSTEM_DIR]
-
-
-def download_mnist(root: str | Path, timeout: float = 20.0) -> Path | None:
-    """Download MNIST with torchvision into ``root/MNIST/raw``; ``None`` when the network refuses."""
-    import urllib.request
-
-    from torchvision.datasets import MNIST
-
-    previous = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(timeout)
-    try:
-        # One probe first: offline, each of torchvision's mirror × file attempts would wait in turn.
-        urllib.request.urlopen(f"{MNIST.mirrors[0]}{MNIST.resources[0][0]}", timeout=timeout).close()
-        for train in (True, False):
-            MNIST(str(root), train=train, download=True)
-    except Exception as error:  # no network, a proxy, a mirror down: all mean "not available"
-        print(f"MNIST could not be downloaded ({type(error).__name__}: {error})", file=sys.stderr)
-        return None
-    finally:
-        socket.setdefaulttimeout(previous)
-    return _idx_dir(_mnist_dirs(Path(root)))
-
-
-def locate_dataset(root: str | Path, dataset: Dataset = "auto", download: bool = True) -> tuple[str, Path]:
-    """``(name, directory)`` of the IDX files to use.
-
-    ``"auto"``: MNIST under ``root``, else MNIST downloaded into ``root``, else Fashion-MNIST (under
-    ``root`` or Debian's ``/usr/share/datasets/fashion-mnist``).
-    """
-    if dataset not in ("auto", "mnist", "fashion-mnist"):
-        raise ValueError(f"dataset should be 'auto', 'mnist' or 'fashion-mnist', but got dataset={dataset!r}")
-    root = Path(root)
-    if dataset in ("auto", "mnist"):
-        found = _idx_dir(_mnist_dirs(root)) or (download_mnist(root) if download else None)
-        if found is not None:
-            return "mnist", found
-        if dataset == "mnist":
-            raise FileNotFoundError(f"MNIST IDX files not found under {root} and not downloadable")
-    found = _idx_dir(_fashion_dirs(root))
-    if found is None:
-        raise FileNotFoundError(
-            f"neither MNIST (under {root} or by download) nor Fashion-MNIST is available: "
-            "run `apt-get install dataset-fashion-mnist` (Debian) or pass --data.root with MNIST's IDX files"
-        )
-    return "fashion-mnist", found
-
-
-def load_idx_dir(directory: Path) -> dict[str, npt.NDArray[Any]]:
-    """The four arrays (``train_images`` …) of an MNIST-format directory."""
-    arrays = {}
-    for key, name in IDX_FILES.items():
-        path = directory / name
-        arrays[key] = read_idx(path if path.exists() else directory / f"{name}.gz")
-    return arrays
-
-
-def imbalanced_split(
-    labels: npt.NDArray[Any],
-    *,
-    rare_classes: Sequence[int],
-    keep_fraction: float,
-    val_per_class: int,
-    seed: int,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """``(train, validation)`` example indices into the original training set.
-
-    Each rare class keeps ``round(keep_fraction · n_c)`` (at least 1) of its ``n_c`` examples, drawn
-    at random (App. B.3: 1% of each of 0-4); every other class keeps all of its examples.  The
-    validation split takes ``val_per_class`` examples of every class from those the training set
-    does not use (the rare classes' left-out examples, the other classes' held-out ones), so it is
-    balanced like the test set.
-    """
-    if not 0.0 < keep_fraction <= 1.0:
-        raise ValueError(f"keep_fraction should lie in (0, 1], but got keep_fraction={keep_fraction!r}")
-    if val_per_class < 0:
-        raise ValueError(f"val_per_class should be >= 0, but got val_per_class={val_per_class!r}")
-    rng = np.random.default_rng(seed)
-    train, val = [], []
-    for c in np.unique(labels):
-        members = rng.permutation(np.flatnonzero(labels == c))
-        if int(c) in rare_classes:
-            keep = max(1, round(keep_fraction * members.shape[0]))
-            train.append(members[:keep])
-            val.append(members[keep : keep + val_per_class])
-        else:
-            val.append(members[:val_per_class])
-            train.append(members[val_per_class:])
-    return np.sort(np.concatenate(train)).astype(np.int64), np.sort(np.concatenate(val)).astype(np.int64)
 
 
 def run_seed(purpose: str) -> int:
@@ -565,10 +417,6 @@ def run_arm(arm: str, seed: int, args: Sequence[str]) -> dict[str, Any]:
             "lr": float(model.hparams.lr), "train_counts": data.class_counts.tolist()}  # fmt: skip
 
 
-def _median(values: list[list[float]]) -> list[float]:
-    return [float(np.median(v)) for v in values]
-
-
 def compare(config: CompareConfig) -> dict[str, Any]:
     """Run every (arm, seed) and collect the curves: ``{"dataset", "arms": {arm: {...}}, ...}``."""
     from tqdm import tqdm  # type: ignore[import-untyped]
@@ -603,102 +451,17 @@ def compare(config: CompareConfig) -> dict[str, Any]:
             "arms": arms}  # fmt: skip
 
 
-def plot(results: dict[str, Any], out_dir: Path, name: str) -> list[Path]:
-    """Fig. 5: test misclassifications (left) and test loss (right) against updates, median of seeds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    colours = {"uniform": "black", "informed": "tab:green", "prioritized": "tab:blue"}
-    labels = {"uniform": "uniform (uninformed)", "informed": "uniform, informed (×100)",
-              "prioritized": "prioritized α=1, β=0 (uninformed)"}  # fmt: skip
-    paths = []
-    for key, ylabel in (("test_errors", "misclassified test examples"), ("test_loss", "test loss")):
-        fig, ax = plt.subplots(figsize=(5.5, 4))
-        for arm, data in results["arms"].items():
-            values = np.asarray(data[key])
-            ax.plot(data["updates"], np.median(values, axis=1), color=colours[arm], label=labels[arm])
-            ax.fill_between(data["updates"], values.min(1), values.max(1), color=colours[arm], alpha=0.15)
-        ax.set_xlabel("updates (minibatches of 60)")
-        ax.set_ylabel(ylabel)
-        title = f"class-imbalanced {results['dataset']} (median of {results['seeds']} seeds, min-max)"
-        ax.set_title(title, fontsize=9)
-        if key == "test_errors":
-            ax.set_yscale("log")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = out_dir / f"{name}_{key}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
-    return paths
-
-
-def write_markdown(
-    results: dict[str, Any], runtime: float, pngs: list[Path], path: Path, command: str
-) -> None:
-    """The table of the comparison: median (min-max) test errors and loss at a few update counts."""
-    ds = results["dataset"]
-    lines = [
-        f"# Class-imbalanced {ds}: uniform, informed and prioritized sampling (Fig. 5)",
-        "",
-        f"Dataset: **{ds}** (training set: 1% of classes 0-4, all of 5-9; per-class counts "
-        f"{results['train_counts']}); untouched test set of 10,000.",
-        f"Median over {results['seeds']} seeds, (min-max) in brackets. Produced by `{command}` in "
-        f"{runtime:.0f} s on {platform.machine()} ({os.cpu_count()} cores).",
-        "",
-    ]
-    arms = results["arms"]
-    updates = next(iter(arms.values()))["updates"]
-    shown = sorted({updates[0], updates[len(updates) // 4], updates[len(updates) // 2], updates[-1]})
-    for key, title, fmt in (
-        ("test_errors", "Misclassified test examples (of 10,000)", "{:.0f}"),
-        ("test_rare_errors", "... of which in the rare classes 0-4 (of ~5,000)", "{:.0f}"),
-        ("test_loss", "Test loss (mean negative log-likelihood)", "{:.3f}"),
-    ):
-        lines += [f"### {title}", "", "| arm | lr | " + " | ".join(f"{u} updates" for u in shown) + " |",
-                  "|---|---|" + "---|" * len(shown)]  # fmt: skip
-        for arm, data in arms.items():
-            cells = []
-            for u in shown:
-                v = np.asarray(data[key][data["updates"].index(u)])
-                cells.append(f"{fmt.format(np.median(v))} ({fmt.format(v.min())}-{fmt.format(v.max())})")
-            lines.append(f"| {arm} | {data['lr']:g} | " + " | ".join(cells) + " |")
-        lines.append("")
-    lines += ["### Best median test loss over the run", "", "| arm | best | at updates |", "|---|---|---|"]
-    for arm, data in arms.items():
-        med = _median(data["test_loss"])
-        best = int(np.argmin(med))
-        lines.append(f"| {arm} | {med[best]:.3f} | {data['updates'][best]} |")
-    lines += ["", *[f"![{p.stem}]({p.name})" for p in pngs], ""]
-    path.write_text("\n".join(lines))
-
-
 def compare_main(config: CompareConfig) -> dict[str, Any]:
     """``python -m recipes.imbalanced_mnist compare``: run the arms, write JSON, PNGs and table."""
     out_dir = Path(config.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     results = compare(config)
     runtime = time.perf_counter() - start
     results["runtime_s"] = round(runtime, 1)
-    (out_dir / f"{config.name}.json").write_text(json.dumps(results, indent=1) + "\n")
-    pngs = plot(results, out_dir, config.name)
-    command = cli.command_line("python -m recipes.imbalanced_mnist compare", config, CompareConfig())
-    write_markdown(results, runtime, pngs, out_dir / f"{config.name}.md", command)
+    command = outputs.command_line("python -m recipes.imbalanced_mnist compare", config, CompareConfig())
+    imbalanced_mnist_report.write(results, out_dir, config.name, runtime, command)
     print(f"{results['dataset']}: wrote {out_dir}/{config.name}.md, .json, PNGs in {runtime:.0f} s")
     return results
-
-
-@dataclass(frozen=True)
-class PrepareConfig:
-    """Make the data available: MNIST downloaded into root, else Fashion-MNIST if installed."""
-
-    root: str = "data"
-    """Where MNIST's IDX files are (or are downloaded to)."""
-    dataset: Dataset = "auto"
-    """'auto', 'mnist' or 'fashion-mnist'."""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -709,13 +472,7 @@ def main(argv: list[str] | None = None) -> None:
             prog = "python -m recipes.imbalanced_mnist compare"
             compare_main(cli.parse(CompareConfig, argv[1:], prog=prog))
             return
-        prepare = cli.parse(PrepareConfig, argv[1:], prog="python -m recipes.imbalanced_mnist prepare")
-        try:
-            name, directory = locate_dataset(prepare.root, prepare.dataset, download=True)
-        except FileNotFoundError as error:
-            print(error, file=sys.stderr)
-            sys.exit(1)
-        print(f"{DATASET_NAMES[name]} IDX files in {directory}")
+        mnist_data.prepare(argv[1:], prog="python -m recipes.imbalanced_mnist prepare")
         return
     cli_main(None if from_shell else argv)
 

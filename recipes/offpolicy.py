@@ -30,11 +30,7 @@ Run ``python -m recipes.offpolicy`` (about 5 minutes on one core).  It writes
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import platform
-import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -43,14 +39,25 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import numpy.typing as npt
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from prisample import CorrectedSampler, LinearSchedule, PrioritizedSampler
 from prisample.variants import hybrid_priorities, importance_ratios, rejection_priorities
-from recipes import cli
+from recipes import cli, offpolicy_report, outputs
+from recipes.offpolicy_model import (
+    FloatArray,
+    IntArray,
+    Model,
+    Representation,
+    aggregation,
+    epsilon_greedy,
+    make_env,
+    model_of,
+    optimal_q,
+    policy_values,
+)
+from recipes.offpolicy_report import Results
 
-Representation = Literal["tabular", "linear"]
 Arm = Literal[
     "on_policy", "uncorrected", "ordinary_is", "weighted_is", "rejection",
     "hybrid_proportional", "hybrid_rank",
@@ -60,12 +67,6 @@ ARMS: tuple[Arm, ...] = (
     "on_policy", "uncorrected", "ordinary_is", "weighted_is", "rejection",
     "hybrid_proportional", "hybrid_rank",
 )  # fmt: skip
-ENV_KWARGS: dict[str, dict[str, Any]] = {
-    "FrozenLake-v1": {"map_name": "8x8", "is_slippery": True},
-    "CliffWalking-v1": {},
-}
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -164,106 +165,6 @@ class OffPolicyConfig:
                 f"give a tolerance > 0 for every env ({env})",
                 self.tolerances,
             )
-
-
-# -- the model and its exact values ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Model:
-    """A finite MDP in the toy-text ``P[s][a] = [(prob, s', r, terminated), ...]`` form, as arrays.
-
-    ``T[s, a, s']`` holds the probability of moving to ``s'`` *without* terminating, ``R[s, a]``
-    the expected reward, so terminal transitions bootstrap from nothing.
-    """
-
-    T: FloatArray
-    R: FloatArray
-    initial: FloatArray
-    """Initial-state distribution."""
-    grid: tuple[int, int]
-    """(rows, columns) of the grid the states number row by row."""
-
-    @property
-    def n_states(self) -> int:
-        return int(self.T.shape[0])
-
-    @property
-    def n_actions(self) -> int:
-        return int(self.T.shape[1])
-
-    @classmethod
-    def from_transitions(
-        cls, P: dict[int, dict[int, list[tuple[float, int, float, bool]]]], initial: npt.ArrayLike,
-        grid: tuple[int, int],
-    ) -> Model:  # fmt: skip
-        n_states, n_actions = len(P), len(P[0])
-        T = np.zeros((n_states, n_actions, n_states))
-        R = np.zeros((n_states, n_actions))
-        for s in range(n_states):
-            for a in range(n_actions):
-                for prob, nxt, reward, terminated in P[s][a]:
-                    R[s, a] += prob * reward
-                    if not terminated:
-                        T[s, a, int(nxt)] += prob
-        return cls(T, R, np.asarray(initial, dtype=np.float64), grid)
-
-    def occupied(self) -> IntArray:
-        """States an episode can be in: reachable from the initial states by non-terminal moves."""
-        seen = self.initial > 0
-        frontier = seen.copy()
-        while frontier.any():
-            nxt = (self.T[frontier].sum(axis=(0, 1)) > 0) & ~seen
-            seen |= nxt
-            frontier = nxt
-        return np.flatnonzero(seen).astype(np.int64)
-
-
-def make_env(name: str) -> Any:
-    """The raw toy-text environment (no wrappers: episodes are cut by the recipe)."""
-    import gymnasium as gym
-
-    return gym.make(name, **ENV_KWARGS.get(name, {})).unwrapped
-
-
-def model_of(env: Any) -> Model:
-    grid = (env.nrow, env.ncol) if hasattr(env, "nrow") else tuple(env.shape)
-    return Model.from_transitions(env.P, env.initial_state_distrib, (int(grid[0]), int(grid[1])))
-
-
-def optimal_q(model: Model, gamma: float, tol: float = 1e-12) -> FloatArray:
-    """Q* by value iteration, ``Q ← R + γ T max_a Q``, to a sup-norm change below ``tol``."""
-    q = np.zeros((model.n_states, model.n_actions))
-    while True:
-        new = model.R + gamma * model.T @ q.max(axis=1)
-        if np.abs(new - q).max() < tol:
-            return new
-        q = new
-
-
-def epsilon_greedy(q: FloatArray, epsilon: float) -> FloatArray:
-    """``π(a|s) = 1 - ε + ε/|A|`` for the first maximising action, ``ε/|A|`` for the others."""
-    n_actions = q.shape[1]
-    policy = np.full(q.shape, epsilon / n_actions)
-    policy[np.arange(q.shape[0]), q.argmax(axis=1)] += 1.0 - epsilon
-    return policy
-
-
-def policy_values(model: Model, policy: FloatArray, gamma: float) -> tuple[FloatArray, FloatArray]:
-    """Exact ``V^π`` from ``(I - γ P_π) v = r_π`` and ``Q^π = R + γ T V^π``."""
-    p_pi = np.einsum("sa,sat->st", policy, model.T)
-    r_pi = np.einsum("sa,sa->s", policy, model.R)
-    v = np.linalg.solve(np.eye(model.n_states) - gamma * p_pi, r_pi)
-    return v, model.R + gamma * model.T @ v
-
-
-def aggregation(model: Model, representation: Representation, block: int) -> IntArray:
-    """Group of each state: itself (tabular), or its ``block`` x ``block`` cell of the grid (linear)."""
-    if representation == "tabular":
-        return np.arange(model.n_states, dtype=np.int64)
-    cols = model.grid[1]
-    r, c = np.divmod(np.arange(model.n_states), cols)
-    return ((r // block) * (-(-cols // block)) + c // block).astype(np.int64)
 
 
 # -- the replay memory ----------------------------------------------------------------------------
@@ -519,9 +420,6 @@ def updates_to_tolerance(curve: Sequence[float], tolerance: float, every: int) -
     return None
 
 
-Results = dict[str, dict[str, dict[str, dict[str, list[Any]]]]]
-
-
 def _task(task: tuple[str, OffPolicyConfig, int]) -> tuple[str, int, dict[str, dict[str, ArmResult]]]:
     env_name, config, seed = task
     return env_name, seed, run_seed(env_name, config, seed)
@@ -580,144 +478,21 @@ def run_experiment(config: OffPolicyConfig, progress: bool = True) -> Results:
 
 # -- outputs --------------------------------------------------------------------------------------
 
-STYLE = {
-    "on_policy": ("black", "on-policy (data from π)"),
-    "uncorrected": ("gray", "uncorrected (no ρ)"),
-    "ordinary_is": ("tab:green", "ordinary IS (w = ρ)"),
-    "weighted_is": ("tab:olive", "weighted IS (α=0, β=1, c=ρ)"),
-    "rejection": ("tab:purple", "rejection (p=min(1,ρ))"),
-    "hybrid_proportional": ("tab:blue", "hybrid proportional (p=ρ|δ|)"),
-    "hybrid_rank": ("tab:red", "hybrid rank (p=ρ|δ|)"),
-}
-
-
-def plot(results: Results, config: OffPolicyConfig, out_dir: Path) -> list[Path]:
-    """RMSE to V^π against updates: median over seeds, min–max shaded; one PNG per environment."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    written = []
-    for env, by_rep in results.items():
-        fig, axes = plt.subplots(1, len(by_rep), figsize=(5.4 * len(by_rep), 4.6), squeeze=False)
-        for ax, (rep, by_arm) in zip(axes[0], by_rep.items(), strict=True):
-            for arm, values in by_arm.items():
-                curves = np.array(values["rmse_curve"])
-                x = np.arange(curves.shape[1]) * config.eval_every
-                color, label = STYLE[arm]
-                ax.plot(x, np.median(curves, axis=0), color=color, lw=1.6, label=label)
-                ax.fill_between(x, curves.min(axis=0), curves.max(axis=0), color=color, alpha=0.15, lw=0)
-            tolerance = config.tolerances.get(env)
-            if tolerance:
-                ax.axhline(tolerance, color="k", ls=":", lw=0.8, label=f"tolerance {tolerance:g}")
-            ax.set_yscale("log")
-            ax.set_xlabel(f"updates (minibatches of {config.batch_size})")
-            ax.set_ylabel("RMSE(V, V^π) over occupied states")
-            ax.set_title(f"{env}, {rep}", fontsize=10)
-            ax.grid(True, which="major", alpha=0.3)
-        handles, labels = axes[0][0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
-        fig.tight_layout(rect=(0, 0.12, 1, 1))
-        path = out_dir / f"offpolicy_{env.split('-')[0].lower()}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
-    return written
-
-
-def _stats(values: Sequence[float | None]) -> tuple[float, float, float]:
-    x = np.array([math.inf if v is None else v for v in values], dtype=np.float64)
-    return float(np.median(x)), float(x.min()), float(x.max())
-
-
-def _cell(values: Sequence[float | None], integer: bool = False) -> str:
-    median, low, high = _stats(values)
-
-    def fmt(v: float) -> str:
-        if math.isinf(v):
-            return "n.r."
-        return f"{v:,.0f}" if integer else f"{v:.3g}"
-
-    if math.isinf(low):
-        return "n.r."
-    return f"{fmt(median)} ({fmt(low)}–{fmt(high)})"
-
-
-def to_json(results: Results) -> str:
-    """``results`` as JSON with one line per list (``null`` where the tolerance was never reached)."""
-    text = json.dumps(results, indent=1)
-    return re.sub(r"\[[^\[\]]*\]", lambda m: json.dumps(json.loads(m.group(0))), text) + "\n"
-
 
 def command_line(config: OffPolicyConfig) -> str:
     """The command that reproduces ``config``: the recipe with its non-default arguments."""
-    return cli.command_line("python -m recipes.offpolicy", config, OffPolicyConfig())
-
-
-def write_markdown(
-    results: Results, config: OffPolicyConfig, runtime_s: float, pngs: list[Path], path: Path
-) -> None:
-    doc = os.path.relpath("docs/recipes/offpolicy.md", path.parent)
-    lines = [
-        "# Off-policy replay: RMSE to the exact V^π",
-        "",
-        f"Written by `recipes/offpolicy.py`; the setup, the mapping and a discussion are in [{doc}]({doc}).  "
-        "Schaul et al. 2016, Sec. 6.",
-        "",
-        f"- command: `{command_line(config)}`",
-        f"- runtime: {runtime_s:,.0f} s wall clock, {config.workers} worker process(es) on "
-        f"{os.cpu_count()} {platform.machine()} cores, {platform.python_implementation()} "
-        f"{platform.python_version()}",
-        f"- {config.seeds} seeds per cell: median (min–max).  γ = {config.gamma:g}; π = "
-        f"{config.target_epsilon:g}-greedy on Q*; μ = {1 - config.behaviour_mix:g}·uniform"
-        + (f" + {config.behaviour_mix:g}·π" if config.behaviour_mix else "")
-        + f"; memory {config.memory_size:,} transitions (exploring starts, episodes cut at "
-        f"{config.episode_steps}); {config.updates:,} updates of {config.batch_size}; "
-        f"η_t = {config.step_size:g} / (1 + t / {config.step_decay:g})",
-        "- final RMSE: after the last update, over the occupied (non-terminal, reachable) states; "
-        "fixed point: RMSE of the exact limit of the arm's TD(0) on its memory (β = 1 for the hybrids)",
-        "- updates to tolerance: first evaluation (every "
-        f"{config.eval_every} updates) with RMSE ≤ "
-        + ", ".join(f"{env} {config.tolerances.get(env, 0):g}" for env in config.envs)
-        + "; to own fixed point: the same tolerance on the RMSE between V and the arm's fixed point; "
-        "n.r. = not reached within the run (counted as infinitely many in the median)",
-        f"- weights of the sampler-weighted arms normalised by `{config.weight_norm}`",
-        "",
-    ]
-    for env, by_rep in results.items():
-        for rep, by_arm in by_rep.items():
-            lines += [f"## {env}, {rep}", ""]
-            lines.append(
-                "| arm | final RMSE | fixed-point RMSE | updates to tolerance | updates to own fixed point "
-                "| final β | mean w |"
-            )
-            lines.append("|---|---|---|---|---|---|---|")
-            for arm, values in by_arm.items():
-                lines.append(
-                    f"| {arm} | {_cell(values['final_rmse'])} | {_cell(values['fixed_point_rmse'])} | "
-                    f"{_cell(values['updates_to_tolerance'], integer=True)} | "
-                    f"{_cell(values['updates_to_fixed_point'], integer=True)} | "
-                    f"{np.median(values['beta_final']):.2g} | {np.median(values['weight_mean']):.3g} |"
-                )
-            lines.append("")
-    lines += ["## Plots", ""]
-    lines += [f"![{p.stem}]({p.name})" for p in pngs]
-    path.write_text("\n".join(lines) + "\n")
+    return outputs.command_line("python -m recipes.offpolicy", config, OffPolicyConfig())
 
 
 def main(config: OffPolicyConfig | None = None) -> Results:
     """Run the experiment and write the table, the JSON and the plots to ``config.out_dir``."""
     config = OffPolicyConfig() if config is None else config
     out_dir = Path(config.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     results = run_experiment(config)
     runtime = time.perf_counter() - start
-    (out_dir / "offpolicy.json").write_text(to_json(results))
-    pngs = plot(results, config, out_dir)
-    write_markdown(results, config, runtime, pngs, out_dir / "offpolicy.md")
-    print(f"wrote {out_dir}/offpolicy.md, offpolicy.json and {len(pngs)} plot(s) in {runtime:.0f} s")
+    written = offpolicy_report.write(results, config, runtime, command_line(config))
+    print(f"wrote {out_dir}/offpolicy.md, offpolicy.json and {len(written) - 2} plot(s) in {runtime:.0f} s")
     return results
 
 

@@ -38,6 +38,7 @@ from stable_baselines3.common.monitor import Monitor
 from tqdm import tqdm
 
 from prisample.sb3 import PrioritizedDQN
+from recipes import outputs
 
 ZOO_SOURCE = "DLR-RM/rl-baselines3-zoo hyperparams/dqn.yml, CartPole-v1 (commit 22e3ff2)"
 ZOO_CARTPOLE: dict[str, Any] = {
@@ -175,27 +176,20 @@ def run(cfg: Config) -> dict[str, Any]:
     return {"config": asdict(cfg), "hyperparameters": ZOO_CARTPOLE, "source": ZOO_SOURCE, "arms": arms}
 
 
-def write_plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for arm in result["arms"].values():
-        steps = np.array(arm["runs"][0]["curve_steps"])
-        curves = np.array([[math.nan if v is None else v for v in r["curve"]] for r in arm["runs"]])
-        with np.errstate(all="ignore"):
-            mean, std = np.nanmean(curves, axis=0), np.nanstd(curves, axis=0)
-        ax.plot(steps, mean, label=f"{arm['label']} ({len(arm['runs'])} seeds)")
-        ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel(f"training return (last {result['config']['curve_window']} episodes)")
-    ax.set_title("SB3 DQN on CartPole-v1: uniform vs prioritized replay")
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def write_plot(result: dict[str, Any], path: Path) -> Path:
+    with outputs.figure(path, figsize=(6.4, 4.0)) as (_, ax):
+        for arm in result["arms"].values():
+            steps = np.array(arm["runs"][0]["curve_steps"])
+            curves = np.array([[math.nan if v is None else v for v in r["curve"]] for r in arm["runs"]])
+            with np.errstate(all="ignore"):
+                mean, std = np.nanmean(curves, axis=0), np.nanstd(curves, axis=0)
+            ax.plot(steps, mean, label=f"{arm['label']} ({len(arm['runs'])} seeds)")
+            ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel(f"training return (last {result['config']['curve_window']} episodes)")
+        ax.set_title("SB3 DQN on CartPole-v1: uniform vs prioritized replay")
+        ax.legend(loc="lower right", fontsize=8)
+    return path
 
 
 def markdown_table(result: dict[str, Any]) -> str:
@@ -204,18 +198,16 @@ def markdown_table(result: dict[str, Any]) -> str:
         f"SB3 DQN on CartPole-v1, {cfg['timesteps']} steps, hyper-parameters of {result['source']}; "
         f"final greedy policy, mean return of {cfg['eval_episodes']} episodes per seed (max 500).",
         "",
-        "| arm | replay | eval return, mean ± std over seeds | per seed | train s per run |",
-        "|---|---|---|---|---|",
     ]
+    rows = []
     for arm in result["arms"].values():
         replay = arm["replay"] if isinstance(arm["replay"], str) else json.dumps(arm["replay"])
         per_seed = ", ".join(f"{r['eval_mean_return']:.1f}" for r in arm["runs"])
         seconds = np.mean([r["train_seconds"] for r in arm["runs"]])
-        lines.append(
-            f"| {arm['label']} | `{replay}` | {arm['eval_mean_return']:.1f} ± {arm['eval_std_return']:.1f} "
-            f"| {per_seed} | {seconds:.0f} |"
-        )
-    return "\n".join(lines) + "\n"
+        score = f"{arm['eval_mean_return']:.1f} ± {arm['eval_std_return']:.1f}"
+        rows.append([arm["label"], f"`{replay}`", score, per_seed, f"{seconds:.0f}"])
+    headers = ["arm", "replay", "eval return, mean ± std over seeds", "per seed", "train s per run"]
+    return "\n".join([*lines, outputs.markdown_table(headers, rows)]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -229,11 +221,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(str(error))
     result = run(cfg)
     out = Path(cfg.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{cfg.out}.json").write_text(json.dumps(result, indent=2) + "\n")
-    write_plot(result, Path(f"{cfg.out}.png"))
     table = markdown_table(result)
-    Path(f"{cfg.out}.md").write_text(table)
+    outputs.write_results(
+        out.parent,
+        out.name,
+        result,
+        table,
+        figure=lambda to: write_plot(result, to / f"{out.name}.png"),
+        indent=2,
+    )
     print(table)
     return result
 

@@ -19,7 +19,6 @@ seeds, CPU, one torch thread.
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from torch import nn
 from tqdm import tqdm
 
 from prisample import LinearSchedule, PrioritizedSampler
+from recipes import outputs
 
 
 @dataclass
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = run(cfg)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "supervised_beta.json").write_text(json.dumps(result, indent=2) + "\n")
+    outputs.write_json(out / "supervised_beta.json", result, indent=2)
     for arm in ARMS:
         print(f"{arm:22s} test errors {result['arms'][arm]['test_errors']}")
     return result

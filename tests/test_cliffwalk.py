@@ -22,15 +22,14 @@ from recipes.cliffwalk import (
     fill_memory,
     main,
     make_sampler,
-    memory_size,
     oracle_choice,
     right_action,
     run_one,
     run_oracle,
     run_sampled,
-    summarize,
     true_q,
 )
+from recipes.cliffwalk_report import memory_size, summarize
 
 CONFIG = CliffwalkConfig()
 ETA = CONFIG.step_size

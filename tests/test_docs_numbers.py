@@ -181,7 +181,7 @@ def test_every_marked_number_is_in_its_json() -> None:
 
 def test_results_tables_of_the_recipe_docs_are_marked() -> None:
     """Each recipe page cites its results through at least one marked table."""
-    for name in ("cliffwalk", "imbalanced_mnist", "offpolicy", "atari_ddqn"):
+    for name in ("cliffwalk", "imbalanced_mnist", "offpolicy", "atari_ddqn", "apex_dqn"):
         assert marked_blocks(ROOT / "docs" / "recipes" / f"{name}.md"), name
 
 

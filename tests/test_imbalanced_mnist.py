@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from recipes import imbalanced_mnist as rec
+from recipes import mnist_data
 
 PER_CLASS_TRAIN, PER_CLASS_TEST = 60, 8
 
@@ -30,8 +31,8 @@ def make_idx_dir(directory: Path, gz: bool = True, seed: int = 0) -> Path:
         images = rng.integers(0, 60, size=(labels.shape[0], 28, 28), dtype=np.uint8)
         images[np.arange(labels.shape[0]), 2 + 2 * labels] = 250
         suffix = ".gz" if gz else ""
-        rec.write_idx(directory / f"{split}-images-idx3-ubyte{suffix}", images)
-        rec.write_idx(directory / f"{split}-labels-idx1-ubyte{suffix}", labels)
+        mnist_data.write_idx(directory / f"{split}-images-idx3-ubyte{suffix}", images)
+        mnist_data.write_idx(directory / f"{split}-labels-idx1-ubyte{suffix}", labels)
     return directory
 
 
@@ -46,29 +47,29 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_idx_round_trip(tmp_path: Path, gz: bool) -> None:
     array = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
     path = tmp_path / ("a.idx.gz" if gz else "a.idx")
-    rec.write_idx(path, array)
-    out = rec.read_idx(path)
+    mnist_data.write_idx(path, array)
+    out = mnist_data.read_idx(path)
     assert out.dtype == np.uint8
     np.testing.assert_array_equal(out, array)
     bad = tmp_path / "bad.idx"
     bad.write_bytes(b"\x01\x02\x03\x04")
     with pytest.raises(ValueError, match="not an IDX file"):
-        rec.read_idx(bad)
+        mnist_data.read_idx(bad)
 
 
 def test_locate_dataset_prefers_mnist_then_fashion(
     root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert rec.locate_dataset(root, "auto", download=False) == ("mnist", root / "MNIST" / "raw")
+    assert mnist_data.locate_dataset(root, "auto", download=False) == ("mnist", root / "MNIST" / "raw")
     fashion = make_idx_dir(tmp_path / "FashionMNIST" / "raw", gz=False)
-    assert rec.locate_dataset(tmp_path, "auto", download=False) == ("fashion-mnist", fashion)
-    monkeypatch.setattr(rec, "FASHION_MNIST_SYSTEM_DIR", tmp_path / "absent")
+    assert mnist_data.locate_dataset(tmp_path, "auto", download=False) == ("fashion-mnist", fashion)
+    monkeypatch.setattr(mnist_data, "FASHION_MNIST_SYSTEM_DIR", tmp_path / "absent")
     with pytest.raises(FileNotFoundError, match="dataset-fashion-mnist"):
-        rec.locate_dataset(tmp_path / "empty", "auto", download=False)
+        mnist_data.locate_dataset(tmp_path / "empty", "auto", download=False)
     with pytest.raises(FileNotFoundError, match="MNIST"):
-        rec.locate_dataset(tmp_path, "mnist", download=False)
+        mnist_data.locate_dataset(tmp_path, "mnist", download=False)
     with pytest.raises(ValueError, match="dataset"):
-        rec.locate_dataset(tmp_path, "cifar", download=False)  # type: ignore[arg-type]
+        mnist_data.locate_dataset(tmp_path, "cifar", download=False)  # type: ignore[arg-type]
 
 
 def test_imbalanced_split_counts() -> None:
