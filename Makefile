@@ -2,6 +2,7 @@
 #   make demo   create .venv, install the project, run the main job (tour, Cliffwalk, imbalanced MNIST)
 #   make test   create .venv, install the project with its test tools, lint, type-check, test
 #   make test-core   the tests in .venv-core, with only the core dependencies (extras' tests skip)
+#   make docs   serve the docs site (mkdocs, http://127.0.0.1:8000); make docs-build builds it strictly
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +11,7 @@ STAMP := $(VENV)/.prisample-installed
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: demo test test-core lint bench offpolicy clean
+.PHONY: demo test test-core lint bench offpolicy docs docs-build clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,7 +25,7 @@ demo: $(STAMP)
 	$(BIN)/python -m recipes.imbalanced_mnist compare
 
 lint: $(STAMP)
-	$(BIN)/ruff check prisample tests benchmarks recipes
+	$(BIN)/ruff check prisample tests benchmarks recipes docs/_ext
 	$(BIN)/mypy prisample
 
 test: lint
@@ -52,5 +53,13 @@ bench: $(STAMP)
 offpolicy: $(STAMP)
 	$(BIN)/python -m recipes.offpolicy
 
+# `make test` builds the site too, strictly (tests/test_docs_site.py): a broken link or anchor, or a
+# docstring cross-reference to nothing, fails it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+docs-build: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) $(CORE_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(CORE_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site

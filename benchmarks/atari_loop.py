@@ -18,8 +18,8 @@ Run alone, under the heavy-job lock (the JSON's numbers are the docs' numbers)::
 
 It writes the JSON only (machine, versions, command, date, and per arm the numbers of the docs'
 table); ``python -m benchmarks.run_all --from-json benchmarks/results.json --out docs/benchmarks.md``
-then renders ``benchmarks/sections/atari_ddqn.md`` from it with :func:`section` (see
-``benchmarks.report.BACKED``).
+then fills the tables of ``benchmarks/sections/atari_ddqn.md`` from it with :func:`run_facts` and
+:func:`table` (see ``benchmarks.report.TABLES``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 PARTS = ("act", "env", "add", "sample", "learn", "update_priorities")
-TITLE = "Recipe: Double DQN full loop on Pong (`recipes/atari_ddqn.py`)"
 DEFAULT_OUT = Path("runs") / "atari_loop.json"
 
 
@@ -120,24 +119,30 @@ def run(
     return results
 
 
-def section(results: dict[str, Any]) -> str:
-    """The ``docs/benchmarks.md`` section: every number of its table is a value of ``results``."""
+def run_facts(results: dict[str, Any]) -> str:
+    """The run behind the docs' table (``docs/benchmarks.md``): environment, lengths, machine."""
+    from benchmarks.report import facts
+
     m, c = results["machine"], results["config"]
+    return facts(
+        [
+            ("Environment", f"`{c['env']}`, networks on {c['device_name']}"),
+            ("Timed", f"{c['updates']} updates after {c['acting_steps']:,} acting steps"),
+            (
+                "Machine",
+                f"{m['usable_cpus']} × {m['cpu']}, torch {m['versions']['torch']}, ale-py "
+                f"{m['versions']['ale-py']}, Python {m['python']}, prisample `{m['prisample_commit']}`, "
+                f"{m['date'][:10]}",
+            ),
+            ("Command", f"`{results['command']}` ({results['elapsed_s']:.0f} s)"),
+        ]
+    )
+
+
+def table(results: dict[str, Any]) -> str:
+    """Per arm: steps/s with and without updates and the replay's time per update; every number of
+    the table is a value of ``results``."""
     lines = [
-        f"## {TITLE}",
-        "",
-        f"Agent steps per second of the whole training loop on `{c['env']}` (Atari preset: Nature CNN, "
-        "4 `AtariVectorEnv` environments, memory capacity 10^6, minibatch 32, one update per 4 agent "
-        f"steps), measured over {c['updates']} updates after {c['acting_steps']:,} acting steps, one "
-        f"torch thread, networks on {c['device_name']}; {m['usable_cpus']} × {m['cpu']}, torch "
-        f"{m['versions']['torch']}, ale-py {m['versions']['ale-py']}, Python {m['python']}, prisample "
-        f"`{m['prisample_commit']}`, {m['date'][:10]}.  The replay columns are `replay.add` + "
-        "`replay.sample` (sampler draw, IS weights, frame-stack gathering) + `replay.update_priorities`, "
-        "as a share of the loop and relative to the network update (target: ≤ 1% of the update time; the "
-        "paper reports a 2–4% run-time overhead for its rank-based agent, App. B.2.1).",
-        "",
-        f"Command: `{results['command']}` ({results['elapsed_s']:.0f} s); raw numbers in the JSON it wrote.",
-        "",
         "| arm | acting only, steps/s | full loop, steps/s | network update, ms | replay.add per update, ms "
         "| replay.sample, ms | update_priorities, ms | replay share of the loop | replay / update "
         "| sampler (sample + update) / update |",
@@ -151,13 +156,7 @@ def section(results: dict[str, Any]) -> str:
             f"| {100 * r['replay_share_of_loop']:.2f}% | {100 * r['replay_over_update']:.2f}% "
             f"| {100 * r['sampler_over_update']:.2f}% |"
         )
-    lines += [
-        "",
-        "On a CPU the Nature-CNN update dominates the loop, so real Atari training needs a GPU; the "
-        "replay's cost per update is the same there, and becomes a larger share as the update gets "
-        "faster.",
-    ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -2,19 +2,16 @@
 
 Exact: ``P(i) = rank(i)^-α / Σ_{r=1}^{N} r^-α`` with ``rank`` from a true sort of the raw priorities
 (descending, ties to the lower slot).  Sampled: ``sampler.probabilities(valid slots)``, the
-piecewise-uniform distribution the backend actually draws from, over its approximately sorted
-heap.  The distance is the total variation ``½ Σ_i |P_sampled(i) - P_exact(i)|``.
+piecewise-uniform distribution the backend actually draws from over its exact order.  The distance
+is the total variation ``½ Σ_i |P_sampled(i) - P_exact(i)|``: the error of cutting the power law
+into at most ``resolution`` segments.
 
 Workload (DQN-like, a full ring of ``N`` valid slots): repeat { sample 32; update those 32 with
 ``|N(0,1)| · 0.5^(writes/N)`` (errors shrink as training goes on); add 8 new items over the oldest
-slots }, i.e. 40 priority writes per step.  The backend's periodic re-sort is switched off for the
-measurement (its interval set to infinity) so that the TV can be read at a given number of writes
-since the last sort; the TV at ``resort_every`` writes is the worst case of the default setting.
-A backend that keeps an exact order (no ``resort``) is measured as the same workload runs.
+slots }, i.e. 40 priority writes per step; the TV is read as the workload runs.
 
 For comparison, the paper's own scheme (App. B.2.1: the power law cut into ``k = 32`` segments of
-equal probability, uniform inside a segment), evaluated on the exact order (segmentation error
-only) and on the backend's heap order at the same moment.
+equal probability, uniform inside a segment), evaluated on the exact order (its segmentation error).
 """
 
 from __future__ import annotations
@@ -32,11 +29,9 @@ PAPER_SEGMENTS = 32
 @dataclass
 class AccuracyResult:
     n: int
-    resort_every: int | None
     resolution: int | None
-    # writes since the last sort (multiple of N) -> TVs
+    # writes so far (multiple of N) -> TVs
     rows: list[dict[str, float]] = field(default_factory=list)
-    mode: str = ""
     error: str | None = None
 
 
@@ -64,14 +59,6 @@ def total_variation(p: np.ndarray, q: np.ndarray) -> float:
     return float(0.5 * np.abs(p - q).sum())
 
 
-def _heap_positions(backend: object, n: int) -> np.ndarray | None:
-    if hasattr(backend, "ranks"):
-        return np.asarray(backend.ranks(), dtype=np.int64)[:n] - 1
-    if hasattr(backend, "pos"):
-        return np.asarray(backend.pos, dtype=np.int64)[:n]
-    return None
-
-
 def measure_accuracy(
     n: int, multiples: list[float], *, seed: int = 0, log: Callable[[str], None]
 ) -> AccuracyResult:
@@ -83,18 +70,7 @@ def measure_accuracy(
     sampler.add(slots)
     sampler.update_priorities(slots, np.abs(rng.standard_normal(n)))
     backend = sampler._backend
-    result = AccuracyResult(
-        n=n,
-        resort_every=getattr(backend, "resort_every", None),
-        resolution=getattr(backend, "resolution", None),
-    )
-    if hasattr(backend, "resort") and hasattr(backend, "resort_every"):
-        result.mode = "approximate order, re-sort switched off"
-        backend.resort()
-        backend.resort_every = 1 << 62
-    else:  # an exact order: nothing to re-sort, the TV is read as the workload runs
-        result.mode = "exact order"
-        result.resort_every = None
+    result = AccuracyResult(n=n, resolution=getattr(backend, "resolution", None))
 
     def snapshot(writes: int) -> None:
         exact, true_rank = exact_rank_probabilities(sampler.priorities, ALPHA)
@@ -105,21 +81,13 @@ def measure_accuracy(
                 segmented_probabilities(true_rank, n, ALPHA, PAPER_SEGMENTS), exact
             ),
         }
-        heap = _heap_positions(backend, n)
-        if heap is not None:
-            row["paper32_heap_order"] = total_variation(
-                segmented_probabilities(heap, n, ALPHA, PAPER_SEGMENTS), exact
-            )
         result.rows.append(row)
         log(
             f"  rank TV N=2^{n.bit_length() - 1} after {writes / n:g}·N writes: "
             + ", ".join(f"{key} {value:.4g}" for key, value in row.items() if key != "writes_over_n")
         )
 
-    wanted = {round(m * n) for m in multiples}
-    if isinstance(result.resort_every, int) and result.resort_every <= max(wanted):
-        wanted.add(result.resort_every)  # the worst case of the default setting
-    targets = sorted(wanted)
+    targets = sorted({round(m * n) for m in multiples})
     if targets and targets[0] == 0:
         snapshot(0)
         targets = targets[1:]

@@ -49,7 +49,7 @@ Full run (alone on the machine, about 15-25 minutes, peak ~16 GB RAM + TorchRL's
 ~57 GB at N = 10^6)::
 
     flock /tmp/prisample-heavy.lock env OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.replay_step \\
-        --out docs/results/replay_step.json --section benchmarks/sections/replay_step.md
+        --out docs/results/replay_step.json
 
 Smoke run: ``python -m benchmarks.replay_step --quick`` (N = 2^12, 2^14; prints, writes nothing).
 """
@@ -573,7 +573,7 @@ def memory_per_transition(name: str, n: int, scratch: str | None, timeout: float
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
-# -- run, table, section -----------------------------------------------------------------------
+# -- run, tables --------------------------------------------------------------------------------
 def available_peers() -> tuple[tuple[str, ...], dict[str, str]]:
     peers, missing = [], {}
     for name, module in (("cpprb", "cpprb"), ("TorchRL", "torchrl")):
@@ -642,8 +642,26 @@ def _n(n: int) -> str:
     return f"10^{len(str(n)) - 1}" if str(n).strip("0") == "1" else f"{n:,}"
 
 
-def table(results: dict[str, Any]) -> list[str]:
-    """Markdown rows: one per size and library, then the prisample variants."""
+def run_facts(results: dict[str, Any]) -> str:
+    """The run behind the docs' tables (``docs/benchmarks.md``): machine, versions, date, duration."""
+    from benchmarks.report import facts
+
+    m = results["machine"]
+    v = m["versions"]
+    return facts(
+        [
+            (
+                "Machine",
+                f"{m['cpu']}, numpy {v['numpy']}, torch {v['torch']}, cpprb {v['cpprb']}, "
+                f"torchrl {v['torchrl']}",
+            ),
+            ("Run", f"{m['date'][:10]}, {results['elapsed_s'] / 60:.0f} min"),
+        ]
+    )
+
+
+def libraries_table(results: dict[str, Any]) -> str:
+    """One row per size and library: µs per replay step, its spread, the ratio, bytes per transition."""
     memory = results.get("memory", {})
     lines = [
         "| N | library | N measured | µs per replay step | per pass | prisample faster by "
@@ -671,8 +689,12 @@ def table(results: dict[str, Any]) -> list[str]:
                 f"| {_n(block['n'])} | {name} | {n_meas} | {r['us_per_step']:,.0f} | {spread} | {faster} "
                 f"| {size_s} | {'yes' if r['stacks_exact'] else 'no'} |"
             )
-    lines += [
-        "",
+    return "\n".join(lines)
+
+
+def variants_table(results: dict[str, Any]) -> str:
+    """One row per size and prisample variant (n-step, extras): µs per step and × the base step."""
+    lines = [
         "| N | prisample variant | µs per replay step | × base prisample (per pass) |",
         "|---|---|---|---|",
     ]
@@ -688,95 +710,31 @@ def table(results: dict[str, Any]) -> list[str]:
                     f"| {_n(block['n'])} | {name} | {r['us_per_step']:,.0f} | {ratio['median']:.2f}× "
                     f"({min(ratio['per_pass']):.2f}–{max(ratio['per_pass']):.2f}) |"
                 )
-    return lines
+    return "\n".join(lines)
 
 
 TARGETS = {"cpprb": 1.0, "TorchRL": 10.0}  # prisample faster by at least this (issue 11)
 VARIANT_LIMIT = 1.3  # n = 3 and extras: at most this many times the base step
 
 
-def verdict(results: dict[str, Any]) -> list[str]:
-    """One line per target of issue 11, met or missed, from the per-pass median ratios."""
-    lines = ["Against the targets (keep the lead over cpprb, ≥ 10× TorchRL, variants ≤ 1.3× of n = 1):", ""]
+def targets(results: dict[str, Any]) -> str:
+    """One row per target of issue 11, met or missed, from the per-pass median ratios."""
+    lines = ["| N | against | target | measured | met |", "|---|---|---|---|---|"]
     for block in results["sizes"]:
         n = _n(block["n"])
         for peer, target in TARGETS.items():
             ratio = block["libraries"].get(peer, {}).get("ratio_to_prisample")
             if ratio is not None:
-                status = "met" if ratio["median"] >= target else "missed"
-                lines.append(f"- N = {n}, {peer}: {ratio['median']:.2f}× ({status}).")
+                met = "yes" if ratio["median"] >= target else "**no**"
+                lines.append(
+                    f"| {n} | {peer} | prisample ≥ {target:g}× faster | {ratio['median']:.2f}× | {met} |"
+                )
         for name, r in block["variants"].items():
             if name in VARIANTS and "ratio_to_prisample" in r:
                 ratio = r["ratio_to_prisample"]["median"]
-                status = "met" if ratio <= VARIANT_LIMIT else "missed"
-                lines.append(f"- N = {n}, {name}: {ratio:.2f}× the base step ({status}).")
-    lines += [
-        "",
-        "Why the misses, where there are: TorchRL's prioritized sampler is compiled C++ and, while its "
-        "memmap fits in the page cache, its step is mostly the copy of 32 stored stacks; once the memmap "
-        "outgrows RAM (10^6) every sampled stack is a disk read.  An n-step window's `next_obs` holds `n` "
-        "frames its `obs` lacks (a one-step transition's holds one), so a batch gathers `stack + n` "
-        "frames per transition instead of `stack + 1` (7 against 5 for n = 3), and each add also "
-        "pushes the transition into its stream's open windows.  cpprb's frame sharing assumes one "
-        "stream, so its stacks are wrong with several environments (column `stacks exact`).",
-    ]
-    return lines
-
-
-def section(results: dict[str, Any] | None) -> str:
-    """The ``docs/benchmarks.md`` section (a template without numbers when ``results`` is None)."""
-    lines = [
-        "## Replay step on Atari shapes: prisample, cpprb and TorchRL side by side "
-        "(`benchmarks/replay_step.py`)",
-        "",
-        "One replay step per DQN update with a 4-environment vector env: add the 4 transitions of one "
-        "vector step (stacks of four 84×84 `uint8` frames, one stream per environment, episodes of ~500 "
-        "steps), sample 32 with their `obs` and `next_obs` stacks and importance weights, update the 32 "
-        "priorities; memory filled to N first, α = 0.6, β = 0.4, one thread.  prisample: "
-        '`PrioritizedReplay.add_many`; cpprb: `PrioritizedReplayBuffer(next_of="obs", '
-        'stack_compress="obs")` (its frame sharing assumes one stream, so with 4 environments its '
-        "stacks are not exact); TorchRL: `TensorDictPrioritizedReplayBuffer` over `LazyMemmapStorage`, "
-        "the storage of TorchRL's Atari DQN example, which stores both stacks per transition.  Medians "
-        "over interleaved passes; ratios taken per pass.  Bytes per transition: `nbytes / capacity` for "
-        "prisample, resident memory plus memmap bytes on disk for the peers.",
-        "",
-        "Command: `OMP_NUM_THREADS=1 python -m benchmarks.replay_step --out docs/results/replay_step.json "
-        "--section benchmarks/sections/replay_step.md`.",
-        "",
-    ]
-    if results is None:
-        lines += [
-            "| N | library | N measured | µs per replay step | per pass | prisample faster by "
-            "| bytes per transition | stacks exact |",
-            "|---|---|---|---|---|---|---|---|",
-            "| 2^18 | prisample | | | | – | | |",
-            "| 2^18 | cpprb | | | | | | |",
-            "| 2^18 | TorchRL | | | | | | |",
-            "| 10^6 | prisample | | | | – | | |",
-            "| 10^6 | cpprb | | | | | | |",
-            "| 10^6 | TorchRL | | | | | | |",
-            "",
-            "| N | prisample variant | µs per replay step | × base prisample (per pass) |",
-            "|---|---|---|---|",
-            *(f"| 2^18, 10^6 | {name} | | |" for name in VARIANTS),
-            "",
-            "(Numbers pending the full run on a quiet machine.)",
-        ]
-    else:
-        m = results["machine"]
-        v = m["versions"]
-        lines += [
-            f"{m['cpu']}, numpy {v['numpy']}, torch {v['torch']}, cpprb {v['cpprb']}, "
-            f"torchrl {v['torchrl']}, {m['date'][:10]}; {results['elapsed_s'] / 60:.0f} min.",
-            "",
-            *table(results),
-            "",
-            "Every prisample row includes the replay's lock (each public call holds `replay.lock`); "
-            "its cost alone is in the thread-safety section.",
-            "",
-            *verdict(results),
-        ]
-    return "\n".join(lines).rstrip() + "\n"
+                met = "yes" if ratio <= VARIANT_LIMIT else "**no**"
+                lines.append(f"| {n} | {name} | ≤ {VARIANT_LIMIT:g}× the base step | {ratio:.2f}× | {met} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -791,7 +749,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scratch", help="folder for TorchRL's memmap (default: the temp folder)")
     parser.add_argument("--disk-margin-gb", type=float, default=10.0, help="disk left free by the memmap")
     parser.add_argument("--out", type=Path, help="JSON results (default: none)")
-    parser.add_argument("--section", type=Path, help="write the docs section (markdown) here")
     parser.add_argument("--from-json", type=Path, help="print the table of saved results, no timing")
     parser.add_argument("--memory-child", nargs=2, metavar=("LIB", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -819,10 +776,7 @@ def main(argv: list[str] | None = None) -> None:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(results, indent=1, default=float) + "\n")
             log(f"wrote {args.out}")
-    print("\n".join(table(results)))
-    if args.section:
-        args.section.write_text(section(results))
-        log(f"wrote {args.section}")
+    print(libraries_table(results) + "\n\n" + variants_table(results))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 """Entry point: ``python -m benchmarks.run_all [--quick] [--out PATH]`` (``make bench``).
 
-The full run (N ∈ {2^14, 2^17, 2^20}, k ∈ {32, 256, 4096}) writes ``docs/benchmarks.md`` and the
-raw numbers to ``benchmarks/results.json``; ``--quick`` (small N, few repetitions) prints the
+The full run (N ∈ {2^14, 2^17, 2^20}, k ∈ {32, 256, 4096}) writes the raw numbers to
+``benchmarks/results.json`` and renders ``docs/benchmarks.md`` (:func:`benchmarks.report.render`:
+the hand-written sections of ``benchmarks/sections/`` with their tables filled in from that JSON
+and from the JSON files of the other benchmarks); ``--quick`` (small N, few repetitions) prints the
 report only.  ``--from-json PATH`` re-renders a report from saved results without timing (to
-stdout unless ``--out``).  Whenever the report goes to a file, the sections of
-``benchmarks/sections/`` that other benchmarks' JSON files back (``benchmarks.report.BACKED``) are
-first rewritten from those files, so re-rendering the docs after any benchmark run is::
+stdout unless ``--out``), so re-rendering the docs after any benchmark run is::
 
     python -m benchmarks.run_all --from-json benchmarks/results.json --out docs/benchmarks.md
 """
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
 
-    from benchmarks.report import render, write_sections
+    from benchmarks.report import render
 
     if args.from_json:
         results = json.loads(args.from_json.read_text())
@@ -258,9 +258,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.note:
         results["note"] = args.note
     out = args.out or (None if args.quick or args.from_json else ROOT / "docs" / "benchmarks.md")
-    if out:
-        for path in write_sections():
-            log(f"wrote {path}")
     text = render(results)
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.peers import Peer, make_peer
-from benchmarks.timing import measure_quiet, time_once
+from benchmarks.timing import measure_quiet
 
 POOL = 64
 
@@ -41,8 +41,6 @@ class SpeedResult:
     # (operation, k) -> peer -> µs per call
     times: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
     fill_s: dict[str, float] = field(default_factory=dict)
-    rank_resort_s: float | None = None
-    rank_resort_every: int | None = None
     # "op k" -> CPUs kept busy by other processes / stolen by the hypervisor while timing that case
     others_cpu: dict[str, float] = field(default_factory=dict)
     steal_cpu: dict[str, float] = field(default_factory=dict)
@@ -70,8 +68,6 @@ def combine(results: list[SpeedResult]) -> SpeedResult:
                 merged[group] = max(merged.get(group, 0.0), value)
         setattr(out, name, merged)
     out.fill_s = first.fill_s
-    out.rank_resort_s = first.rank_resort_s
-    out.rank_resort_every = first.rank_resort_every
     out.passes = [r.times for r in results]
     return out
 
@@ -164,10 +160,4 @@ def run_speed(
             for name in dqn_names
         },
     )
-
-    rank = peers.get("prisample-rank")
-    backend = getattr(getattr(rank, "sampler", None), "_backend", None)
-    if backend is not None and hasattr(backend, "resort"):
-        result.rank_resort_s = time_once(backend.resort)
-        result.rank_resort_every = getattr(backend, "resort_every", None)
     return result

@@ -284,24 +284,30 @@ def _n(n: int) -> str:
     return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else f"{n:,}"
 
 
-def table(results: dict[str, Any]) -> list[str]:
-    """Markdown rows: one per case and sampler."""
+def table(results: dict[str, Any]) -> str:
+    """One row per case and sampler: µs per step (median, p99), TorchRL's over it, the load.
+
+    The table of ``docs/benchmarks.md`` (``benchmarks.report.TABLES``): every number is a value of
+    ``results``.
+    """
     lines = [
         "| N | batch | sampler | median µs per step | p99 µs | TorchRL / this (median) "
-        "| TorchRL / this (p99) |",
-        "|---|---|---|---|---|---|---|",
+        "| TorchRL / this (p99) | other processes' CPUs |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for case in results["cases"]:
+        others = case.get("load", {}).get("others_cpus")
+        load = "–" if others is None else f"{others:.2f}"
         for name, r in case["samplers"].items():
             head = f"| {_n(case['capacity'])} | {case['batch']} | {name} |"
             if "median_us" not in r:
-                lines.append(f"{head} {r.get('error', 'not measured')} | | | |")
+                lines.append(f"{head} {r.get('error', 'not measured')} | | | | {load} |")
                 continue
             ratio = r.get("torchrl_over_this")
             median = "–" if ratio is None else f"{ratio['median']:.2f}×"
             p99 = "–" if ratio is None else f"{ratio['p99']:.2f}×"
-            lines.append(f"{head} {r['median_us']:,.1f} | {r['p99_us']:,.1f} | {median} | {p99} |")
-    return lines
+            lines.append(f"{head} {r['median_us']:,.1f} | {r['p99_us']:,.0f} | {median} | {p99} | {load} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -334,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=1, default=float) + "\n")
         log(f"wrote {out}")
-    print("\n".join(table(results)))
+    print(table(results))
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ step the ``(index, priority)`` updates of all ranks are all-gathered and applied
 every rank (last write wins), so the priorities stay identical everywhere.
 
 Draws and their draw-time weights are kept by a :class:`~prisample.ledger.DrawLedger` (one global
-draw per batch), so a training step claims its batch with :meth:`take` and a checkpoint resumes
-exactly; on one process the ledger alone does that job.
+draw per batch), so a training step claims its batch with :meth:`DistributedPrioritizedSampler.take`
+and a checkpoint resumes exactly; on one process the ledger alone does that job.
 """
 
 from __future__ import annotations

@@ -16,13 +16,14 @@ Exactness, stated once:
 
 * **One shard** draws exactly like a local :class:`~prisample.PrioritizedReplay`: ``P(i) = m_i /
   Σ_k m_k`` (Eq. 1), stratified.
-* **S shards**: a draw first asks every shard for its mass ``M_s`` (:attr:`PrioritizedSampler.
-  total_mass`), cuts ``[0, Σ M_s)`` into ``k`` equal strata with one uniform point each, gives
-  shard ``s`` the points that fall in its interval, and the shard draws that many of its own
-  slots.  Slot ``i`` of shard ``s`` is then drawn with ``P(i) = (M_s / Σ_t M_t) · P_s(i)``, which
-  the weights use.  Proportional: ``m_i / Σ_all m`` — one memory holding every shard, exactly.
-  Rank: each shard ranks its own transitions and shards are chosen by ``H(N_s) = Σ_{r≤N_s}
-  r^-α``, so ranks are per shard (as in every sharded replay); the weights are exact for it.
+* **S shards**: a draw first asks every shard for its mass ``M_s``
+  (:attr:`~prisample.PrioritizedSampler.total_mass`), cuts ``[0, Σ M_s)`` into ``k`` equal strata
+  with one uniform point each, gives shard ``s`` the points that fall in its interval, and the
+  shard draws that many of its own slots.  Slot ``i`` of shard ``s`` is then drawn with
+  ``P(i) = (M_s / Σ_t M_t) · P_s(i)``, which the weights use.  Proportional: ``m_i / Σ_all m``
+  — one memory holding every shard, exactly.  Rank: each shard ranks its own transitions and
+  shards are chosen by ``H(N_s) = Σ_{r≤N_s} r^-α``, so ranks are per shard (as in every sharded
+  replay); the weights are exact for it.
   Transitions added between the two round trips shift ``M_s`` by their mass: the allocation uses
   the masses read in the first, the probabilities those at the draw.
 * **Weights** are computed here, on the learner, from the drawn probabilities: ``w_i = (N ·

@@ -27,9 +27,8 @@ def test_stream_repeats_and_continues() -> None:
 
 def test_quick_run_writes_the_json(tmp_path: Path) -> None:
     out = tmp_path / "replay_step.json"
-    section = tmp_path / "section.md"
     argv = ["--quick", "--sizes", "256", "--passes", "1", "--memory-n", "0", "--scratch", str(tmp_path)]
-    replay_step.main([*argv, "--out", str(out), "--section", str(section)])
+    replay_step.main([*argv, "--out", str(out)])
     results = json.loads(out.read_text())
     for key in ("command", "config", "machine", "workload", "sizes", "memory", "elapsed_s"):
         assert key in results
@@ -51,10 +50,6 @@ def test_quick_run_writes_the_json(tmp_path: Path) -> None:
     for entry in block["variants"].values():
         assert "skipped" in entry or "us_per_step" in entry
     assert not list(tmp_path.glob("replay_step_torchrl_*")), "TorchRL's memmap folder is removed"
-    assert "| 2^8 | prisample |" in section.read_text()
-
-
-def test_template_section_has_no_numbers() -> None:
-    text = replay_step.section(None)
-    assert "python -m benchmarks.replay_step" in text
-    assert "| 2^18 | prisample | | |" in text
+    assert "| 2^8 | prisample |" in replay_step.libraries_table(results)
+    rows = replay_step.targets(results).splitlines()[2:]
+    assert all(row.startswith("| 2^8 |") for row in rows)

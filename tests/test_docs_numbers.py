@@ -301,26 +301,13 @@ def tables(doc: Path) -> Iterator[tuple[int, str, str]]:
             yield i + 1, line.strip(), lines[i - 1].strip() if i else ""
 
 
-def _report_results_lines(root: Path = ROOT) -> int:
-    """Lines of docs/benchmarks.md that ``benchmarks.report.render_results`` gives from
-    ``benchmarks/results.json`` (0 if the page does not start with them)."""
-    from benchmarks.report import render_results
-
-    rendered = render_results(json.loads((root / "benchmarks" / "results.json").read_text()))
-    page = (root / "docs" / "benchmarks.md").read_text()
-    return len(rendered.splitlines()) if page.startswith(rendered) else 0
-
-
 def unexplained_tables(root: Path = ROOT) -> list[str]:
     """Tables of numbers in ``root/docs`` with no marker and no exemption (see the test below)."""
-    results_lines = _report_results_lines(root)
     found = []
     for doc in all_docs(root):
         rel = doc.relative_to(root).as_posix()
         for line, header, before in tables(doc):
             if MARKER.match(before) or (rel, header) in UNMARKED:
-                continue
-            if rel == "docs/benchmarks.md" and line <= results_lines:
                 continue
             if rel.startswith("docs/results/") and doc.with_suffix(".json").is_file():
                 continue
@@ -331,8 +318,6 @@ def unexplained_tables(root: Path = ROOT) -> list[str]:
 def test_every_table_with_numbers_is_marked_or_exempt() -> None:
     """A table of numbers in docs/ cites its JSON, or is one of these, each checked another way:
 
-    * the part of docs/benchmarks.md rendered from ``benchmarks/results.json``
-      (``tests/test_benchmark_report.py`` re-renders it and compares; its sections are marked);
     * ``docs/results/NAME.md``, written by a recipe command in the same call as ``NAME.json`` beside
       it, from that JSON (the JSON must exist; the recipe pages cite its numbers through marked tables);
     * ``UNMARKED``: tables of parameters, formulas or sources, which are inputs rather than
@@ -347,11 +332,9 @@ def test_every_table_with_numbers_is_marked_or_exempt() -> None:
 
 
 def test_an_unmarked_table_of_numbers_fails(tmp_path: Path) -> None:
-    """An unmarked table in a page, in a backed section of docs/benchmarks.md, or in docs/results/
-    without its JSON is reported; the same tables marked, or in the results part, are not."""
+    """An unmarked table in a page, in docs/benchmarks.md, or in docs/results/ without its JSON is
+    reported; the same tables marked are not."""
     shutil.copytree(ROOT / "docs", tmp_path / "docs")
-    (tmp_path / "benchmarks").mkdir()
-    shutil.copy(ROOT / "benchmarks" / "results.json", tmp_path / "benchmarks" / "results.json")
     assert unexplained_tables(tmp_path) == []
     report = tmp_path / "docs" / "benchmarks.md"
     text = report.read_text()

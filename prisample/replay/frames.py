@@ -12,9 +12,9 @@ writes the rows into the caller's per-transition row tables::
 
 Each row carries a reference count (the stacks in the tables and the streams' last stacks that
 use it) and returns to a free list when it reaches zero, so a stored stack can never see a frame
-that was overwritten.  The pool does not decide which transitions leave: :meth:`store` may release
-the stacks of the table entries the caller names as reclaimable (oldest first), and reports how
-many it released.
+that was overwritten.  The pool does not decide which transitions leave: :meth:`FramePool.store` may
+release the stacks of the table entries the caller names as reclaimable (oldest first), and reports
+how many it released.
 """
 
 from __future__ import annotations
