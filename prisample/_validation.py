@@ -85,6 +85,14 @@ def as_priorities(priorities: Any, length: int, name: str = "priorities") -> npt
     return array.astype(np.float64, copy=False)
 
 
+def check_finite_priorities(values: npt.NDArray[np.float64], name: str = "priorities") -> None:
+    """``ValueError`` naming the first entry of ``values`` that is not finite and ``>= 0``."""
+    bad = ~((values >= 0.0) & (values < np.inf))
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise ValueError(f"{name} should be finite and >= 0, but got {name}[{j}]={float(values[j])!r}")
+
+
 @numba.njit(cache=True)
 def _first_problem(
     raw: np.ndarray, slots: np.ndarray, values: np.ndarray, need_filled: bool

@@ -54,7 +54,7 @@ import numpy as np
 import numpy.typing as npt
 import ray
 
-from prisample._validation import check_positive_int, to_numpy
+from prisample._validation import check_finite_priorities, check_positive_int, to_numpy
 from prisample.replay import PrioritizedReplay
 from prisample.weights import WEIGHT_NORMS, LinearSchedule, WeightNorm, check_beta, importance_weights
 
@@ -372,11 +372,7 @@ class RemoteReplay:
                 f"priorities should have one value per transition ({batch.slots.shape[0]}), "
                 f"but got {values.shape[0]}"
             )
-        if not np.all((values >= 0.0) & (values < np.inf)):
-            j = int(np.argmax(~((values >= 0.0) & (values < np.inf))))
-            raise ValueError(
-                f"priorities should be finite and >= 0, but got priorities[{j}]={float(values[j])!r}"
-            )
+        check_finite_priorities(values)
         refs = []
         for s in np.unique(batch.shards):
             mine = batch.shards == s

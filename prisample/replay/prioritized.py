@@ -13,7 +13,13 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from prisample._validation import as_indices, as_priorities, check_positive_int, to_numpy
+from prisample._validation import (
+    as_indices,
+    as_priorities,
+    check_finite_priorities,
+    check_positive_int,
+    to_numpy,
+)
 from prisample.replay._checks import as_state_array, check_keys
 from prisample.replay.batch import ReplayBatch
 from prisample.replay.eviction import PriorityEviction, check_eviction
@@ -236,12 +242,7 @@ class PrioritizedReplay:
                 f"but the memory has n_step={self.memory.n_step}"
             )
         values = as_priorities(priorities, n)
-        bad = ~((values >= 0.0) & (values < np.inf))
-        if bad.any():
-            j = int(np.argmax(bad))
-            raise ValueError(
-                f"priorities should be finite and >= 0, but got priorities[{j}]={float(values[j])!r}"
-            )
+        check_finite_priorities(values)
         return values
 
     def _set_initial(self, slots: IntArray, values: npt.NDArray[np.float64]) -> None:
@@ -402,12 +403,7 @@ class PrioritizedReplay:
             current = self.memory.live_generations(idx, "indices")
             if self._evictor is not None:
                 current = np.where(current >= 0, self._evictor.numbers[idx], -1)
-            bad = ~((values >= 0.0) & (values < np.inf))
-            if bad.any():
-                j = int(np.argmax(bad))
-                raise ValueError(
-                    f"priorities should be finite and >= 0, but got priorities[{j}]={values[j]!r}"
-                )
+            check_finite_priorities(values)
             if expected is None:
                 expected = self._drawn[idx]
             elif expected.shape != idx.shape:
