@@ -218,7 +218,7 @@ def test_prefetch_hands_out_batches_drawn_ahead(local: Any) -> None:
     with replay.prefetch(4, depth=2, total=5) as batches:
         drawn = list(batches)
     assert len(drawn) == 5 and all(b.obs.shape == (4, 2) for b in drawn)
-    assert replay.sample(1) is not None  # the handle draws on after the thread
+    assert replay.sample(3).obs.shape == (3, 2)  # the handle draws on after the thread
 
 
 def test_bad_arguments_are_refused_naming_them(local: Any) -> None:
