@@ -25,7 +25,8 @@ demo: $(STAMP)
 	$(BIN)/python -m recipes.imbalanced_mnist compare
 
 lint: $(STAMP)
-	$(BIN)/ruff check prisample tests benchmarks recipes docs/_ext
+	$(BIN)/ruff check prisample tests benchmarks recipes docs/_ext conftest.py
+	$(BIN)/ruff format --check prisample tests benchmarks recipes docs/_ext conftest.py
 	$(BIN)/mypy prisample
 
 test: lint

@@ -48,14 +48,25 @@ def measure(
     from recipes.atari_ddqn import load_config, train
 
     common: dict[str, Any] = dict(
-        env="ALE/Pong-v5", arm=arm, eval_every=10**9, eval_steps=8, log_every=10**9, log_dir=log_dir,
-        progress=False, tensorboard=False, device=device, seed=0, **(overrides or {}),
-    )  # fmt: skip
+        env="ALE/Pong-v5",
+        arm=arm,
+        eval_every=10**9,
+        eval_steps=8,
+        log_every=10**9,
+        log_dir=log_dir,
+        progress=False,
+        tensorboard=False,
+        device=device,
+        seed=0,
+        **(overrides or {}),
+    )
     # compiles and loads the replay's kernels, so that the timed run measures steady state
     train(load_config(total_steps=64, learning_starts=32, run_name=f"{arm}-warmup", **common))
-    run = train(load_config(
-        total_steps=acting_steps + 4 * updates, learning_starts=acting_steps, run_name=arm, **common
-    ))  # fmt: skip
+    run = train(
+        load_config(
+            total_steps=acting_steps + 4 * updates, learning_starts=acting_steps, run_name=arm, **common
+        )
+    )
     assert run.learning_phase is not None
     phase = run.learning_phase["timing_s"]
     done = run.learning_phase["updates"]
@@ -167,8 +178,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--updates", type=int, default=200, help="updates timed per arm")
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="a config field for every arm (YAML value), e.g. --set num_envs=16")  # fmt: skip
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a config field for every arm (YAML value), e.g. --set num_envs=16",
+    )
     parser.add_argument(
         "--out",
         type=Path,

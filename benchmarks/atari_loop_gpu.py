@@ -88,21 +88,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.loop_out is not None:
         args.loop_out.write_text(json.dumps(loop, indent=1, default=float) + "\n")
     result: dict[str, Any] = {
-        "device": loop["config"]["device_name"], "command": command, "settings": GPU_SETTINGS,
+        "device": loop["config"]["device_name"],
+        "command": command,
+        "settings": GPU_SETTINGS,
         "targets": {"agent_steps_per_s": TARGET_STEPS_PER_S, "replay_share": TARGET_REPLAY_SHARE},
-        "arms": {}, "machine": loop["machine"],
-    }  # fmt: skip
+        "arms": {},
+        "machine": loop["machine"],
+    }
     for r in loop["arms"]:
         result["arms"][r["arm"]] = {
-            "agent_steps_per_s": r["wall_steps_per_s"], "timed_parts_steps_per_s": r["steps_per_s"],
-            "replay_share": r["replay_share_of_loop"], "update_ms": r["update_ms"],
-            "per_update_ms": r["per_update_ms"], "updates": r["updates"],
-        }  # fmt: skip
+            "agent_steps_per_s": r["wall_steps_per_s"],
+            "timed_parts_steps_per_s": r["steps_per_s"],
+            "replay_share": r["replay_share_of_loop"],
+            "update_ms": r["update_ms"],
+            "per_update_ms": r["per_update_ms"],
+            "updates": r["updates"],
+        }
     print(json.dumps(result["arms"], indent=1), flush=True)
     try:
-        cleanrl = cleanrl_dqn.run(args.cleanrl_source, seconds=args.cleanrl_seconds, device=args.device,
-                                  learning_starts=args.cleanrl_learning_starts,
-                                  buffer_size=args.cleanrl_buffer_size)  # fmt: skip
+        cleanrl = cleanrl_dqn.run(
+            args.cleanrl_source,
+            seconds=args.cleanrl_seconds,
+            device=args.device,
+            learning_starts=args.cleanrl_learning_starts,
+            buffer_size=args.cleanrl_buffer_size,
+        )
     except Exception as error:  # the loop's numbers stand without CleanRL's
         cleanrl = {"error": repr(error)}
     if args.cleanrl_out is not None:

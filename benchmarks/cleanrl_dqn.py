@@ -214,19 +214,27 @@ def cleanrl_args(
 ) -> list[str]:
     """The command-line arguments of dqn_atari.py (tyro: booleans are ``--flag`` / ``--no-flag``)."""
     return [
-        "--env-id", env_id,
-        "--total-timesteps", str(total_timesteps),
-        "--learning-starts", str(learning_starts),
-        "--buffer-size", str(buffer_size),
-        "--batch-size", "32",
-        "--train-frequency", "4",
+        "--env-id",
+        env_id,
+        "--total-timesteps",
+        str(total_timesteps),
+        "--learning-starts",
+        str(learning_starts),
+        "--buffer-size",
+        str(buffer_size),
+        "--batch-size",
+        "32",
+        "--train-frequency",
+        "4",
         # ε decays over eps_decay_steps as in a default run (0.1 × 10^7), not 10% of this short run
-        "--exploration-fraction", repr(eps_decay_steps / total_timesteps),
-        "--seed", str(seed),
+        "--exploration-fraction",
+        repr(eps_decay_steps / total_timesteps),
+        "--seed",
+        str(seed),
         "--no-track",
         "--no-capture-video",
         "--cuda" if device == "cuda" else "--no-cuda",
-    ]  # fmt: skip
+    ]
 
 
 def _child_env(threads: int) -> dict[str, str]:
@@ -284,9 +292,14 @@ def run(
         command = [sys.executable, str(script), *args]
         started = time.perf_counter()
         process = subprocess.Popen(
-            command, cwd=work, env=_child_env(threads), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, start_new_session=True,
-        )  # fmt: skip
+            command,
+            cwd=work,
+            env=_child_env(threads),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         try:
             output, _ = process.communicate(timeout=timeout_s)
             killed = False
@@ -355,9 +368,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--learning-starts", type=int, default=5_000)
     parser.add_argument("--buffer-size", type=int, default=1_000_000)
     parser.add_argument(
-        "--total-timesteps", type=int, default=None,
+        "--total-timesteps",
+        type=int,
+        default=None,
         help="default: learning_starts + expected_sps × seconds",
-    )  # fmt: skip
+    )
     parser.add_argument("--expected-sps", type=float, default=None, help=f"default: {EXPECTED_SPS}")
     parser.add_argument(
         "--timeout", type=float, default=None, help="kill after this (default 1.5 × seconds + 60)"
@@ -368,9 +383,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=None)
     a = parser.parse_args(argv)
     result = run(
-        a.source, a.seconds, a.device, a.env_id, a.learning_starts, a.buffer_size, a.total_timesteps,
-        a.expected_sps, a.timeout, a.warmup_steps, a.seed, a.threads,
-    )  # fmt: skip
+        a.source,
+        a.seconds,
+        a.device,
+        a.env_id,
+        a.learning_starts,
+        a.buffer_size,
+        a.total_timesteps,
+        a.expected_sps,
+        a.timeout,
+        a.warmup_steps,
+        a.seed,
+        a.threads,
+    )
     result["command"] = "python -m benchmarks.cleanrl_dqn " + " ".join(sys.argv[1:] if argv is None else argv)
     text = json.dumps(result, indent=1) + "\n"
     if a.out is not None:

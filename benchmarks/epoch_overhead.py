@@ -108,10 +108,17 @@ def epoch(arm: str, root: str, seed: int, limit_batches: int | None = None) -> d
         data.prioritized_sampler = TimedSampler(data.prioritized_sampler.sampler)
         callbacks.append(hooks := TimedCallback())
     trainer = pl.Trainer(
-        max_epochs=1, limit_val_batches=0, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
-        accelerator="cpu", callbacks=callbacks, limit_train_batches=limit_batches,
-    )  # fmt: skip
+        max_epochs=1,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        accelerator="cpu",
+        callbacks=callbacks,
+        limit_train_batches=limit_batches,
+    )
     trainer.fit(Model(lr=0.1), datamodule=data)
     out = {"arm": arm, "seconds": timer.seconds, "batches": timer.batches, "dataset": data.dataset_name}
     if data.prioritized_sampler is not None:

@@ -123,9 +123,21 @@ def _run_case(code: Path | None, n: int, k: int, workload: str, config: dict[str
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (code, ROOT) if p is not None)
     command = [
-        sys.executable, "-m", "benchmarks.order_latency", "--worker", "--n", str(n), "--k", str(k),
-        "--workload", workload, "--calls", str(config["calls"]), "--budget-s", str(config["budget_s"]),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "benchmarks.order_latency",
+        "--worker",
+        "--n",
+        str(n),
+        "--k",
+        str(k),
+        "--workload",
+        workload,
+        "--calls",
+        str(config["calls"]),
+        "--budget-s",
+        str(config["budget_s"]),
+    ]
     # ``-m`` puts the working folder first on the path: run where the measured prisample/ is
     done = subprocess.run(command, env=env, cwd=code or ROOT, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -137,9 +149,12 @@ def _run_case(code: Path | None, n: int, k: int, workload: str, config: dict[str
 def _extract(ref: str, folder: Path) -> str:
     """``prisample/`` of git revision ``ref`` into ``folder``; returns the full commit id."""
     commit = subprocess.run(
-        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT, capture_output=True, text=True,
+        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
         check=True,
-    ).stdout.strip()  # fmt: skip
+    ).stdout.strip()
     archive = folder / "code.tar"
     subprocess.run(["git", "archive", "-o", str(archive), commit, "prisample"], cwd=ROOT, check=True)
     with tarfile.open(archive) as tar:

@@ -124,16 +124,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         n = min(4096, size - begin)
         part = {key: value[:n] for key, value in fill.items()}
         values = rng.uniform(0, 2, n)
-        local.add_many(*(part[key] for key in ("obs", "action", "reward", "discount", "next_obs")),
-                       streams=np.zeros(n, np.int64), priorities=values)  # fmt: skip
+        local.add_many(
+            *(part[key] for key in ("obs", "action", "reward", "discount", "next_obs")),
+            streams=np.zeros(n, np.int64),
+            priorities=values,
+        )
         ray.get([remote.add(part, values, shard=(begin // 4096) % s) for s, remote in remotes.items()])
     batch_chunk = transitions(rng, chunk, args.obs)
     chunk_values = rng.uniform(0, 2, chunk)
     errors = rng.uniform(0, 2, k)
 
     def local_add() -> None:
-        local.add_many(*(batch_chunk[key] for key in ("obs", "action", "reward", "discount", "next_obs")),
-                       streams=np.zeros(chunk, np.int64), priorities=chunk_values)  # fmt: skip
+        local.add_many(
+            *(batch_chunk[key] for key in ("obs", "action", "reward", "discount", "next_obs")),
+            streams=np.zeros(chunk, np.int64),
+            priorities=chunk_values,
+        )
 
     def local_update() -> None:
         _, draw = local.sample(k)

@@ -44,14 +44,21 @@ def _sync(device: torch.device) -> None:
 
 
 def build(n: int, device: str | None, seed: int = 0) -> PrioritizedReplay:
-    return PrioritizedReplay(n, FRAME, frame_stack=STACK, num_streams=ENVS, alpha=0.6, beta=0.4, seed=seed,
-                             device=device)  # fmt: skip
+    return PrioritizedReplay(
+        n, FRAME, frame_stack=STACK, num_streams=ENVS, alpha=0.6, beta=0.4, seed=seed, device=device
+    )
 
 
 def add_step(replay: PrioritizedReplay, stream: Stream, step: int) -> None:
     s = step % stream.period
-    replay.add_many(stream.obs[s], stream.action[s], stream.reward[s], stream.discount[s], stream.next_obs[s],
-                    episode_end=stream.end[s])  # fmt: skip
+    replay.add_many(
+        stream.obs[s],
+        stream.action[s],
+        stream.reward[s],
+        stream.discount[s],
+        stream.next_obs[s],
+        episode_end=stream.end[s],
+    )
 
 
 def batch_exact(stream: Stream, batch: Any) -> bool:

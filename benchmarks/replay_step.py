@@ -234,18 +234,31 @@ class Prisample(Contender):
         self.check_next = variant.get("check_next", True)
         self.streams = np.arange(ENVS)
         self.replay = PrioritizedReplay(
-            n, FRAME, frame_stack=STACK, obs_dtype=np.uint8, num_streams=ENVS, alpha=ALPHA, beta=BETA,
-            seed=0, **variant.get("ctor", {}),
-        )  # fmt: skip
+            n,
+            FRAME,
+            frame_stack=STACK,
+            obs_dtype=np.uint8,
+            num_streams=ENVS,
+            alpha=ALPHA,
+            beta=BETA,
+            seed=0,
+            **variant.get("ctor", {}),
+        )
         self.add()  # a keyword add_many lacks fails here, before any timing
 
     def add(self) -> None:
         s, st = self.cursor % self.stream.period, self.stream
         extra = {key: getattr(st, key)[s] for key in self.add_keys}
         self.replay.add_many(
-            st.obs[s], st.action[s], st.reward[s], st.discount[s], st.next_obs[s],
-            episode_end=st.end[s], streams=self.streams, **extra,
-        )  # fmt: skip
+            st.obs[s],
+            st.action[s],
+            st.reward[s],
+            st.discount[s],
+            st.next_obs[s],
+            episode_end=st.end[s],
+            streams=self.streams,
+            **extra,
+        )
         self.cursor += 1
 
     def step(self) -> None:
@@ -275,16 +288,25 @@ class Cpprb(Contender):
         # stacks); converted once here, as an environment wrapper stacking last would give them.
         self.obs = np.ascontiguousarray(np.moveaxis(stream.obs, 2, -1))
         self.next_obs = np.ascontiguousarray(np.moveaxis(stream.next_obs, 2, -1))
-        spec = {"obs": {"shape": (*FRAME, STACK), "dtype": np.ubyte}, "act": {"dtype": np.int64}, "rew": {},
-                "done": {}}  # fmt: skip
+        spec = {
+            "obs": {"shape": (*FRAME, STACK), "dtype": np.ubyte},
+            "act": {"dtype": np.int64},
+            "rew": {},
+            "done": {},
+        }
         self.capacity = n
         self.buffer = PrioritizedReplayBuffer(n, spec, next_of="obs", stack_compress="obs", alpha=ALPHA)
 
     def add(self) -> None:
         s, st = self.cursor % self.stream.period, self.stream
         for e in range(ENVS):
-            self.buffer.add(obs=self.obs[s, e], act=st.action[s, e], rew=st.reward[s, e],
-                            next_obs=self.next_obs[s, e], done=float(st.end[s, e]))  # fmt: skip
+            self.buffer.add(
+                obs=self.obs[s, e],
+                act=st.action[s, e],
+                rew=st.reward[s, e],
+                next_obs=self.next_obs[s, e],
+                done=float(st.end[s, e]),
+            )
             if st.end[s, e]:
                 self.buffer.on_episode_end()
         self.cursor += 1
@@ -339,9 +361,12 @@ class TorchRL(Contender):
         self.capacity = n
         self.scratch = tempfile.mkdtemp(prefix="replay_step_torchrl_", dir=scratch)
         self.buffer = TensorDictPrioritizedReplayBuffer(
-            alpha=ALPHA, beta=BETA, priority_key="td_error", batch_size=BATCH,
+            alpha=ALPHA,
+            beta=BETA,
+            priority_key="td_error",
+            batch_size=BATCH,
             storage=LazyMemmapStorage(n, scratch_dir=self.scratch),
-        )  # fmt: skip
+        )
         p = stream.period
         # What a TorchRL collector hands over per vector step: views of the stream, no copies.
         steps = TensorDict(
@@ -628,9 +653,11 @@ def run(config: dict[str, Any], command: str, peers: tuple[str, ...] | None = No
             results["memory"][name] = memory_per_transition(name, config["memory_n"], config.get("scratch"))
             log(f"  {name}: {results['memory'][name]}")
     results["quiet_policy"] = {
-        "max_others": policy.max_others, "attempts": policy.attempts, "retries": policy.retries,
+        "max_others": policy.max_others,
+        "attempts": policy.attempts,
+        "retries": policy.retries,
         "waited_s": policy.waited_s,
-    }  # fmt: skip
+    }
     results["loadavg_end"] = os.getloadavg()
     results["elapsed_s"] = time.perf_counter() - started
     return results
@@ -676,9 +703,11 @@ def libraries_table(results: dict[str, Any]) -> str:
                 continue
             spread = f"{min(r['us_per_pass']):,.0f}–{max(r['us_per_pass']):,.0f}"
             ratio = r.get("ratio_to_prisample")
-            faster = "–" if ratio is None else (
-                f"{ratio['median']:.2f}× ({min(ratio['per_pass']):.2f}–{max(ratio['per_pass']):.2f})"
-            )  # fmt: skip
+            faster = (
+                "–"
+                if ratio is None
+                else (f"{ratio['median']:.2f}× ({min(ratio['per_pass']):.2f}–{max(ratio['per_pass']):.2f})")
+            )
             mem = memory.get(name, {})
             size = mem.get("nbytes_per_transition", mem.get("rss_anon_bytes_per_transition"))
             if "disk_bytes_per_transition" in mem:

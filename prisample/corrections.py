@@ -163,9 +163,18 @@ class CorrectedSampler(PrioritizedSampler):
     ) -> None:
         self._factors: CorrectionFactors | None = None  # built by the first factor set
         super().__init__(
-            capacity, alpha=alpha, beta=beta, eps=eps, backend=backend, weight_norm=weight_norm,
-            size=size, batch_size=batch_size, num_samples=num_samples, seed=seed, lock=lock,
-        )  # fmt: skip
+            capacity,
+            alpha=alpha,
+            beta=beta,
+            eps=eps,
+            backend=backend,
+            weight_norm=weight_norm,
+            size=size,
+            batch_size=batch_size,
+            num_samples=num_samples,
+            seed=seed,
+            lock=lock,
+        )
 
     @property
     def corrections(self) -> FloatArray:

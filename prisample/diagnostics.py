@@ -427,8 +427,15 @@ class WeightStats:
         w = _host(weights, np.float64)
         if not w.shape[0]:
             return
-        row = [float(step), float(step), float(w.shape[0]), float(w.sum()), float(w.min()), float(w.max()),
-               float((w < self.low).sum())]  # fmt: skip
+        row = [
+            float(step),
+            float(step),
+            float(w.shape[0]),
+            float(w.sum()),
+            float(w.min()),
+            float(w.max()),
+            float((w < self.low).sum()),
+        ]
         if self._rows and self._open < self._group:
             last = self._rows[-1]
             self._rows[-1] = _merged(last, row)
@@ -446,8 +453,17 @@ class WeightStats:
         """Per row: first and last step, count, mean, min, max and the fraction below ``low``."""
         out = []
         for first, last, count, total, low, high, below in self._rows:
-            out.append({"first_step": first, "last_step": last, "count": count, "mean": total / count,
-                        "min": low, "max": high, "below": below / count})  # fmt: skip
+            out.append(
+                {
+                    "first_step": first,
+                    "last_step": last,
+                    "count": count,
+                    "mean": total / count,
+                    "min": low,
+                    "max": high,
+                    "below": below / count,
+                }
+            )
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -461,8 +477,9 @@ class WeightStats:
         fig = _figure()
         ax = fig.add_subplot()
         ax.plot(steps, [r["mean"] for r in rows], color="C0", label="mean")
-        ax.fill_between(steps, [r["min"] for r in rows], [r["max"] for r in rows], color="C0", alpha=0.2,
-                        label="min-max")  # fmt: skip
+        ax.fill_between(
+            steps, [r["min"] for r in rows], [r["max"] for r in rows], color="C0", alpha=0.2, label="min-max"
+        )
         ax.set_xlabel("step")
         ax.set_ylabel("importance weight w")
         ax.set_ylim(0.0, 1.05)
@@ -498,8 +515,14 @@ class Diagnostics:
     :meth:`snapshot`.  :meth:`save_json` and :meth:`plot` write the results.
     """
 
-    def __init__(self, capacity: int | None = None, *, num_quantiles: int = 101, bins: int = 30,
-                 weight_rows: int = 4096) -> None:  # fmt: skip
+    def __init__(
+        self,
+        capacity: int | None = None,
+        *,
+        num_quantiles: int = 101,
+        bins: int = 30,
+        weight_rows: int = 4096,
+    ) -> None:
         self.counter: ReplayCounter | None = None if capacity is None else ReplayCounter(capacity)
         self.td = TDSnapshots(num_quantiles)
         self.weights = WeightStats(max_rows=weight_rows)
@@ -577,15 +600,19 @@ class Diagnostics:
         """Everything recorded, as JSON-ready values."""
         counter = self.counter
         return {
-            "replay_counts": None if counter is None else {
-                "summary": counter.summary(), "histogram": counter.histogram().tolist(),
-                "retired_histogram": counter.retired.tolist(), "over_time": self.counts_over_time,
+            "replay_counts": None
+            if counter is None
+            else {
+                "summary": counter.summary(),
+                "histogram": counter.histogram().tolist(),
+                "retired_histogram": counter.retired.tolist(),
+                "over_time": self.counts_over_time,
             },
             "td_snapshots": self.td.to_dict(),
             "effective_probability": [{"step": step, **asdict(b)} for step, b in self.probability],
             "weights": self.weights.to_dict(),
             "updates": self.updates,
-        }  # fmt: skip
+        }
 
     def save_json(self, path: str | Path) -> Path:
         """Write :meth:`to_dict` (NaN as ``null``)."""
@@ -611,10 +638,14 @@ class Diagnostics:
             }
             if self.last_effective is not None:  # the last snapshot, with its points
                 curves[f"step {self.probability[-1][0]:,}"] = self.last_effective
-            written.append(plot_probability_vs_error(
-                f"{prefix}_probability_vs_error.png", curves, bins=self.bins,
-                title=lead + "effective P(i) against |δ| (cf. Fig. 11)",
-            ))  # fmt: skip
+            written.append(
+                plot_probability_vs_error(
+                    f"{prefix}_probability_vs_error.png",
+                    curves,
+                    bins=self.bins,
+                    title=lead + "effective P(i) against |δ| (cf. Fig. 11)",
+                )
+            )
         if self.weights.rows():
             written.append(self.weights.plot(f"{prefix}_weights.png", lead + "importance weights"))
         if self.counter is not None and self.counter.draws:
@@ -627,8 +658,13 @@ class Diagnostics:
         fig = _figure(width=9.0)
         left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
         live = self.counter.histogram()
-        left.bar(np.arange(live.shape[0]), live / max(live.sum(), 1), width=1.0, alpha=0.6,
-                 label=f"in memory ({summary['never_replayed']:.1%} at M = 0)")  # fmt: skip
+        left.bar(
+            np.arange(live.shape[0]),
+            live / max(live.sum(), 1),
+            width=1.0,
+            alpha=0.6,
+            label=f"in memory ({summary['never_replayed']:.1%} at M = 0)",
+        )
         if self.counter.retired.sum():
             gone = self.counter.retired
             share = summary["retired_never_replayed"]

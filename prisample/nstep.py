@@ -174,8 +174,22 @@ def _push_many(
         track[slots[i], _TRACKED] = -1
     count = 0
     for i in range(k):
-        count = _push(queue, sums, ring, track, result, slots[i], gens[i], streams[i], rewards[i],
-                      discounts[i], ends[i], continues[i], out, count)  # fmt: skip
+        count = _push(
+            queue,
+            sums,
+            ring,
+            track,
+            result,
+            slots[i],
+            gens[i],
+            streams[i],
+            rewards[i],
+            discounts[i],
+            ends[i],
+            continues[i],
+            out,
+            count,
+        )
     return count
 
 
@@ -408,8 +422,22 @@ class NStepAccumulator:
             raise ValueError(f"discount should lie in [0, 1], but got discount={discount!r}")
         buffer = self._out if out is None else self._buffer(out, self.n)
         queue, sums, ring, track, result = self._arrays
-        count = _push(queue, sums, ring, track, result, slot, generation, stream, reward, discount,
-                      episode_end, continues, buffer, 0)  # fmt: skip
+        count = _push(
+            queue,
+            sums,
+            ring,
+            track,
+            result,
+            slot,
+            generation,
+            stream,
+            reward,
+            discount,
+            episode_end,
+            continues,
+            buffer,
+            0,
+        )
         if count == _BUSY:
             raise ValueError(
                 f"slot should be free (evict its transition first), but got slot={slot} holding "
@@ -554,13 +582,19 @@ class NStepAccumulator:
         """The state's named arrays as views of the packed arrays (``complete`` is int64 here)."""
         q, sums, ring, track, result = self._arrays
         return {
-            "q_slot": q[:, :, _SLOT], "q_gen": q[:, :, _GEN],
-            "q_reward": sums[:, :, _SUM_G], "q_discount": sums[:, :, _SUM_D],
-            "q_first": ring[:, _FIRST], "q_count": ring[:, _COUNT],
-            "generation": track[:, _TRACKED], "complete": track[:, _DONE],
-            "last": track[:, _LAST], "length": track[:, _LENGTH],
-            "reward": result[:, _REWARD], "discount": result[:, _DISCOUNT],
-        }  # fmt: skip
+            "q_slot": q[:, :, _SLOT],
+            "q_gen": q[:, :, _GEN],
+            "q_reward": sums[:, :, _SUM_G],
+            "q_discount": sums[:, :, _SUM_D],
+            "q_first": ring[:, _FIRST],
+            "q_count": ring[:, _COUNT],
+            "generation": track[:, _TRACKED],
+            "complete": track[:, _DONE],
+            "last": track[:, _LAST],
+            "length": track[:, _LENGTH],
+            "reward": result[:, _REWARD],
+            "discount": result[:, _DISCOUNT],
+        }
 
     def _config(self) -> dict[str, int]:
         return {"n": self.n, "num_streams": self.num_streams, "capacity": self.capacity}

@@ -79,9 +79,16 @@ def _count_before(row_key: np.ndarray, row_code: np.ndarray, size: int, key: flo
 
 @numba.njit(cache=True)
 def _find(
-    root_key: np.ndarray, root_code: np.ndarray, roots: int, root_node: np.ndarray, node_key: np.ndarray,
-    node_code: np.ndarray, node_len: np.ndarray, key: float, code: int,
-) -> tuple[int, int]:  # fmt: skip
+    root_key: np.ndarray,
+    root_code: np.ndarray,
+    roots: int,
+    root_node: np.ndarray,
+    node_key: np.ndarray,
+    node_code: np.ndarray,
+    node_len: np.ndarray,
+    key: float,
+    code: int,
+) -> tuple[int, int]:
     """``(root index, index in the node)`` of the block that holds (or would hold) the pair: the
     first whose bound is not before it.  The last bound of all is ``(-inf, 0)``."""
     r = _count_before(root_key, root_code, roots - 1, key, code)
@@ -370,8 +377,13 @@ def _even_blocks(state: Any, ra: int, ia: int, rb: int, ib: int) -> None:
     """Share the pairs of the block at ``(ra, ia)`` and the next one at ``(rb, ib)`` (``ROOM``
     or more) evenly; only the first block's bound changes."""
     row_key, row_code, node_blk, node_key, node_code, node_cnt = (
-        state[0], state[1], state[3], state[4], state[5], state[6]
-    )  # fmt: skip
+        state[0],
+        state[1],
+        state[3],
+        state[4],
+        state[5],
+        state[6],
+    )
     root_node, root_key, root_code, root_cnt, root_fen, meta = state[9:]
     ja, jb = root_node[ra], root_node[rb]
     a, b = node_blk[ja, ia], node_blk[jb, ib]
@@ -426,19 +438,47 @@ def _rebalance_block(state: Any, r: int, i: int) -> None:
 
 @numba.njit(cache=True)
 def _write(
-    keys: np.ndarray, stamps: np.ndarray, row_key: np.ndarray, row_code: np.ndarray, block_free: np.ndarray,
-    node_blk: np.ndarray, node_key: np.ndarray, node_code: np.ndarray, node_cnt: np.ndarray,
-    node_len: np.ndarray, node_free: np.ndarray, root_node: np.ndarray, root_key: np.ndarray,
-    root_code: np.ndarray, root_cnt: np.ndarray, root_fen: np.ndarray, meta: np.ndarray, slots: np.ndarray,
-    values: np.ndarray, new_stamps: np.ndarray,
-) -> None:  # fmt: skip
+    keys: np.ndarray,
+    stamps: np.ndarray,
+    row_key: np.ndarray,
+    row_code: np.ndarray,
+    block_free: np.ndarray,
+    node_blk: np.ndarray,
+    node_key: np.ndarray,
+    node_code: np.ndarray,
+    node_cnt: np.ndarray,
+    node_len: np.ndarray,
+    node_free: np.ndarray,
+    root_node: np.ndarray,
+    root_key: np.ndarray,
+    root_code: np.ndarray,
+    root_cnt: np.ndarray,
+    root_fen: np.ndarray,
+    meta: np.ndarray,
+    slots: np.ndarray,
+    values: np.ndarray,
+    new_stamps: np.ndarray,
+) -> None:
     # The arrays come one by one and the common path uses them directly; the tuple is for the
     # rarer splits and rebalances (a tuple argument costs more to dispatch from Python, and one
     # taken apart on every pair costs reference counts).
     state = (
-        row_key, row_code, block_free, node_blk, node_key, node_code, node_cnt, node_len, node_free,
-        root_node, root_key, root_code, root_cnt, root_fen, meta,
-    )  # fmt: skip
+        row_key,
+        row_code,
+        block_free,
+        node_blk,
+        node_key,
+        node_code,
+        node_cnt,
+        node_len,
+        node_free,
+        root_node,
+        root_key,
+        root_code,
+        root_cnt,
+        root_fen,
+        meta,
+    )
     capacity = keys.shape[0]
     for j in range(slots.shape[0]):
         slot = slots[j]
@@ -482,9 +522,16 @@ def _write(
 
 @numba.njit(cache=True)
 def _select(
-    row_code: np.ndarray, node_blk: np.ndarray, node_cnt: np.ndarray, root_node: np.ndarray,
-    root_fen: np.ndarray, roots: int, capacity: int, ranks: np.ndarray, out: np.ndarray,
-) -> None:  # fmt: skip
+    row_code: np.ndarray,
+    node_blk: np.ndarray,
+    node_cnt: np.ndarray,
+    root_node: np.ndarray,
+    root_fen: np.ndarray,
+    roots: int,
+    capacity: int,
+    ranks: np.ndarray,
+    out: np.ndarray,
+) -> None:
     for j in range(ranks.shape[0]):
         g, i, offset = _locate(root_fen, roots, root_node, node_cnt, ranks[j])
         out[j] = row_code[node_blk[g, i], offset] % capacity
@@ -492,11 +539,23 @@ def _select(
 
 @numba.njit(cache=True)
 def _rank(
-    keys: np.ndarray, stamps: np.ndarray, row_key: np.ndarray, row_code: np.ndarray, node_blk: np.ndarray,
-    node_key: np.ndarray, node_code: np.ndarray, node_cnt: np.ndarray, node_len: np.ndarray,
-    root_node: np.ndarray, root_key: np.ndarray, root_code: np.ndarray, root_fen: np.ndarray, roots: int,
-    slots: np.ndarray, out: np.ndarray,
-) -> None:  # fmt: skip
+    keys: np.ndarray,
+    stamps: np.ndarray,
+    row_key: np.ndarray,
+    row_code: np.ndarray,
+    node_blk: np.ndarray,
+    node_key: np.ndarray,
+    node_code: np.ndarray,
+    node_cnt: np.ndarray,
+    node_len: np.ndarray,
+    root_node: np.ndarray,
+    root_key: np.ndarray,
+    root_code: np.ndarray,
+    root_fen: np.ndarray,
+    roots: int,
+    slots: np.ndarray,
+    out: np.ndarray,
+) -> None:
     capacity = keys.shape[0]
     for j in range(slots.shape[0]):
         slot = slots[j]
@@ -561,10 +620,22 @@ class SortedOrder:
 
     def _state(self) -> tuple[npt.NDArray[Any], ...]:
         return (
-            self.row_key, self.row_code, self.block_free, self.node_blk, self.node_key, self.node_code,
-            self.node_cnt, self.node_len, self.node_free, self.root_node, self.root_key, self.root_code,
-            self.root_cnt, self.root_fen, self.meta,
-        )  # fmt: skip
+            self.row_key,
+            self.row_code,
+            self.block_free,
+            self.node_blk,
+            self.node_key,
+            self.node_code,
+            self.node_cnt,
+            self.node_len,
+            self.node_free,
+            self.root_node,
+            self.root_key,
+            self.root_code,
+            self.root_cnt,
+            self.root_fen,
+            self.meta,
+        )
 
     def rebuild(self) -> None:
         """Sort every non-empty slot from scratch (after ``keys`` and ``stamps`` were assigned)."""
@@ -585,19 +656,39 @@ class SortedOrder:
         """Slots at the given 0-based ranks (each in ``[0, count)``)."""
         out = np.empty(ranks.shape[0], dtype=np.int64)
         _select(
-            self.row_code, self.node_blk, self.node_cnt, self.root_node, self.root_fen, int(self.meta[3]),
-            self.capacity, ranks, out,
-        )  # fmt: skip
+            self.row_code,
+            self.node_blk,
+            self.node_cnt,
+            self.root_node,
+            self.root_fen,
+            int(self.meta[3]),
+            self.capacity,
+            ranks,
+            out,
+        )
         return out
 
     def rank(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """0-based ranks of the given non-empty slots."""
         out = np.empty(slots.shape[0], dtype=np.int64)
         _rank(
-            self.keys, self.stamps, self.row_key, self.row_code, self.node_blk, self.node_key, self.node_code,
-            self.node_cnt, self.node_len, self.root_node, self.root_key, self.root_code, self.root_fen,
-            int(self.meta[3]), slots, out,
-        )  # fmt: skip
+            self.keys,
+            self.stamps,
+            self.row_key,
+            self.row_code,
+            self.node_blk,
+            self.node_key,
+            self.node_code,
+            self.node_cnt,
+            self.node_len,
+            self.root_node,
+            self.root_key,
+            self.root_code,
+            self.root_fen,
+            int(self.meta[3]),
+            slots,
+            out,
+        )
         return out
 
     def check_invariants(self) -> None:
@@ -633,20 +724,29 @@ class SortedOrder:
             return ka > kb or (ka == kb and ca > cb)
 
         if not 1 <= roots <= node_pool or not 0 <= free_nodes <= node_pool:
-            fail("nodes", f"the root should hold 1 .. {node_pool} nodes and the free list 0 .. {node_pool}, "
-                          f"but got meta[3]={roots}, meta[2]={free_nodes}")  # fmt: skip
+            fail(
+                "nodes",
+                f"the root should hold 1 .. {node_pool} nodes and the free list 0 .. {node_pool}, "
+                f"but got meta[3]={roots}, meta[2]={free_nodes}",
+            )
         nodes = self.root_node[:roots].astype(np.int64)
         everyone = np.concatenate((nodes, self.node_free[:free_nodes].astype(np.int64)))
         if everyone.shape[0] != node_pool or np.unique(everyone).shape[0] != node_pool or everyone.min() < 0:
-            fail("nodes", f"the root ({roots}) and the free list ({free_nodes}) should hold the {node_pool} "
-                          f"nodes, once each")  # fmt: skip
+            fail(
+                "nodes",
+                f"the root ({roots}) and the free list ({free_nodes}) should hold the {node_pool} "
+                f"nodes, once each",
+            )
         lengths = self.node_len[nodes].astype(np.int64)
         low = 1 if roots == 1 else FAN // 2
         bad = np.flatnonzero((lengths < low) | (lengths >= FAN))
         if bad.shape[0]:
             r = int(bad[0])
-            fail("nodes", f"node {nodes[r]} (root index {r}) should hold {low} .. {FAN - 1} blocks, "
-                          f"but holds {lengths[r]}")  # fmt: skip
+            fail(
+                "nodes",
+                f"node {nodes[r]} (root index {r}) should hold {low} .. {FAN - 1} blocks, "
+                f"but holds {lengths[r]}",
+            )
         blocks = np.concatenate([self.node_blk[j, : self.node_len[j]] for j in nodes]).astype(np.int64)
         counts = np.concatenate([self.node_cnt[j, : self.node_len[j]] for j in nodes]).astype(np.int64)
         bound_key = np.concatenate([self.node_key[j, : self.node_len[j]] for j in nodes])
@@ -655,56 +755,81 @@ class SortedOrder:
             fail("blocks", f"the free count should lie in [0, {pool}], but got meta[0]={free_blocks}")
         everyone = np.concatenate((blocks, self.block_free[:free_blocks].astype(np.int64)))
         if everyone.shape[0] != pool or np.unique(everyone).shape[0] != pool or everyone.min() < 0:
-            fail("blocks", f"the nodes ({blocks.shape[0]}) and the free list ({free_blocks}) should hold "
-                           f"the {pool} blocks, once each")  # fmt: skip
+            fail(
+                "blocks",
+                f"the nodes ({blocks.shape[0]}) and the free list ({free_blocks}) should hold "
+                f"the {pool} blocks, once each",
+            )
         low = 0 if blocks.shape[0] == 1 else HALF
         bad = np.flatnonzero((counts < low) | (counts >= ROOM))
         if bad.shape[0]:
             j = int(bad[0])
-            fail("blocks", f"block {blocks[j]} (the {j}-th) should hold {low} .. {ROOM - 1} pairs, but "
-                           f"holds {counts[j]}")  # fmt: skip
+            fail(
+                "blocks",
+                f"block {blocks[j]} (the {j}-th) should hold {low} .. {ROOM - 1} pairs, but "
+                f"holds {counts[j]}",
+            )
         keys = np.concatenate([self.row_key[b, :n] for b, n in zip(blocks, counts, strict=True)])
         codes = np.concatenate([self.row_code[b, :n] for b, n in zip(blocks, counts, strict=True)])
         ordered = (keys[:-1] > keys[1:]) | ((keys[:-1] == keys[1:]) & (codes[:-1] > codes[1:]))
         if not ordered.all():
             j = int(np.argmin(ordered))
             owner = int(np.searchsorted(np.cumsum(counts), j, side="right"))
-            fail("rows", f"pair {j} ({keys[j]}, {codes[j]}) should come before pair {j + 1} "
-                         f"({keys[j + 1]}, {codes[j + 1]}) (block {blocks[owner]})")  # fmt: skip
+            fail(
+                "rows",
+                f"pair {j} ({keys[j]}, {codes[j]}) should come before pair {j + 1} "
+                f"({keys[j + 1]}, {codes[j + 1]}) (block {blocks[owner]})",
+            )
         filled = np.flatnonzero(~np.isnan(self.keys))
         slots = codes % cap
         if int(self.meta[1]) != filled.shape[0]:
             fail("slots", f"count should be {filled.shape[0]} filled slots, but got {int(self.meta[1])}")
         if not np.array_equal(np.sort(slots), filled):
-            fail("slots", f"rows should hold the {filled.shape[0]} filled slots once each, but hold "
-                          f"{slots.shape[0]} pairs ({np.unique(slots).shape[0]} distinct slots)")  # fmt: skip
+            fail(
+                "slots",
+                f"rows should hold the {filled.shape[0]} filled slots once each, but hold "
+                f"{slots.shape[0]} pairs ({np.unique(slots).shape[0]} distinct slots)",
+            )
         wrong = np.flatnonzero((self.keys[slots] != keys) | (self.stamps[slots] * cap + slots != codes))
         if wrong.shape[0]:
             j = int(wrong[0])
             slot = int(slots[j])
-            fail("slots", f"the pair of slot {slot} should be ({self.keys[slot]}, "
-                          f"{self.stamps[slot] * cap + slot}), but got ({keys[j]}, {codes[j]})")  # fmt: skip
+            fail(
+                "slots",
+                f"the pair of slot {slot} should be ({self.keys[slot]}, "
+                f"{self.stamps[slot] * cap + slot}), but got ({keys[j]}, {codes[j]})",
+            )
         ends = np.cumsum(counts)
         for j in range(blocks.shape[0]):
             key, code = float(bound_key[j]), int(bound_code[j])
             if j == blocks.shape[0] - 1:
                 if (key, code) != (-np.inf, 0):
-                    fail("bounds", f"the last block ({blocks[j]}) should have bound (-inf, 0), but got "
-                                   f"({key}, {code})")  # fmt: skip
+                    fail(
+                        "bounds",
+                        f"the last block ({blocks[j]}) should have bound (-inf, 0), but got ({key}, {code})",
+                    )
                 continue
             last = ends[j] - 1
             if counts[j] and before(key, code, float(keys[last]), int(codes[last])):
-                fail("bounds", f"the bound ({key}, {code}) of block {blocks[j]} should not come before "
-                               f"its last pair")  # fmt: skip
+                fail(
+                    "bounds",
+                    f"the bound ({key}, {code}) of block {blocks[j]} should not come before its last pair",
+                )
             if not before(key, code, float(keys[ends[j]]), int(codes[ends[j]])):
-                fail("bounds", f"the bound ({key}, {code}) of block {blocks[j]} should come before the "
-                               f"next block's first pair")  # fmt: skip
+                fail(
+                    "bounds",
+                    f"the bound ({key}, {code}) of block {blocks[j]} should come before the "
+                    f"next block's first pair",
+                )
         for r, j in enumerate(nodes.tolist()):
             last = int(self.node_len[j]) - 1
             want = (float(self.node_key[j, last]), int(self.node_code[j, last]))
             if (float(self.root_key[r]), int(self.root_code[r])) != want:
-                fail("bounds", f"root entry {r} should have its node's last bound {want}, but has "
-                               f"({self.root_key[r]}, {self.root_code[r]})")  # fmt: skip
+                fail(
+                    "bounds",
+                    f"root entry {r} should have its node's last bound {want}, but has "
+                    f"({self.root_key[r]}, {self.root_code[r]})",
+                )
         totals = np.array([self.node_cnt[j, : self.node_len[j]].sum() for j in nodes], dtype=np.int64)
         if not np.array_equal(self.root_cnt[:roots], totals):
             r = int(np.argmax(self.root_cnt[:roots] != totals))
@@ -713,5 +838,8 @@ class SortedOrder:
         for i in range(1, roots + 1):
             want = prefix[i] - prefix[i - (i & -i)]
             if self.root_fen[i] != want:
-                fail("counts", f"Fenwick entry {i} should hold {want} pairs (root entries {i - (i & -i)} "
-                               f".. {i - 1}), but got {self.root_fen[i]}")  # fmt: skip
+                fail(
+                    "counts",
+                    f"Fenwick entry {i} should hold {want} pairs (root entries {i - (i & -i)} "
+                    f".. {i - 1}), but got {self.root_fen[i]}",
+                )

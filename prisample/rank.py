@@ -153,9 +153,14 @@ def _partition_kernel(n: int, alpha: float, segments: int, head: np.ndarray) -> 
 
 @numba.njit(cache=True)
 def _draw_ranks(
-    cumulative: np.ndarray, starts: np.ndarray, density: np.ndarray, u: np.ndarray, v: np.ndarray,
-    ranks: np.ndarray, probabilities: np.ndarray,
-) -> None:  # fmt: skip
+    cumulative: np.ndarray,
+    starts: np.ndarray,
+    density: np.ndarray,
+    u: np.ndarray,
+    v: np.ndarray,
+    ranks: np.ndarray,
+    probabilities: np.ndarray,
+) -> None:
     """Stratified: draw ``j`` of ``k`` falls in probability stratum ``[j/k, (j+1)/k)``, then
     uniformly inside the CDF segment it lands in."""
     k = u.shape[0]

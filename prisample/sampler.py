@@ -58,9 +58,21 @@ from prisample.weights import (
 STATE_VERSION = 3
 _LOADABLE_VERSIONS = (1, 2, 3)
 _STATE_KEYS = {
-    "version", "capacity", "backend", "alpha", "eps", "beta", "weight_norm", "batch_size",
-    "num_samples", "step", "epoch", "priorities", "backend_state", "rng",
-}  # fmt: skip
+    "version",
+    "capacity",
+    "backend",
+    "alpha",
+    "eps",
+    "beta",
+    "weight_norm",
+    "batch_size",
+    "num_samples",
+    "step",
+    "epoch",
+    "priorities",
+    "backend_state",
+    "rng",
+}
 
 
 @dataclass(frozen=True)
@@ -434,9 +446,18 @@ class PrioritizedSampler(Sampler[int]):
         restored = _restore(state, self.capacity, self.backend_name)  # built aside: no lock needed
         with self._lock:
             (
-                self._raw, self._alpha, self._eps, self._beta, self.weight_norm, self.batch_size,
-                self.num_samples, self._step, self.epoch, self._backend, self._rng,
-            ) = restored  # fmt: skip
+                self._raw,
+                self._alpha,
+                self._eps,
+                self._beta,
+                self.weight_norm,
+                self.batch_size,
+                self.num_samples,
+                self._step,
+                self.epoch,
+                self._backend,
+                self._rng,
+            ) = restored
 
 
 def _restore(state: Any, capacity: int, backend_name: str) -> tuple[Any, ...]:

@@ -107,17 +107,28 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         rows = max(buffer_size // n_envs, 1)  # SB3's own adjustment of buffer_size
         # Built first: it validates its arguments before SB3 allocates the arrays.
         self.sampler = PrioritizedSampler(
-            rows * n_envs, alpha=alpha, beta=beta, eps=eps, backend=backend,
-            weight_norm=weight_norm, size=0, seed=seed,
-        )  # fmt: skip
+            rows * n_envs,
+            alpha=alpha,
+            beta=beta,
+            eps=eps,
+            backend=backend,
+            weight_norm=weight_norm,
+            size=0,
+            seed=seed,
+        )
         self.beta_schedule: float | LinearSchedule = (
             beta if isinstance(beta, LinearSchedule) else check_beta(beta)
         )
         """``beta`` as given; :class:`PrioritizedDQN` anneals a float one over ``learn``."""
         super().__init__(
-            buffer_size, observation_space, action_space, device, n_envs,
-            optimize_memory_usage, handle_timeout_termination,
-        )  # fmt: skip
+            buffer_size,
+            observation_space,
+            action_space,
+            device,
+            n_envs,
+            optimize_memory_usage,
+            handle_timeout_termination,
+        )
         assert self.buffer_size == rows
 
     @property

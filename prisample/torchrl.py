@@ -179,9 +179,15 @@ class PrioritizedSampler(Sampler):  # type: ignore[misc]  # torchrl ships no typ
                 f"backend should be one of {TORCHRL_BACKENDS}, but got backend={short_repr(backend)}"
             )
         self._engine = _Engine(
-            capacity, alpha=alpha, beta=beta, eps=eps, backend=backend, weight_norm=weight_norm,
-            size=0, seed=seed,
-        )  # fmt: skip
+            capacity,
+            alpha=alpha,
+            beta=beta,
+            eps=eps,
+            backend=backend,
+            weight_norm=weight_norm,
+            size=0,
+            seed=seed,
+        )
         self._max_capacity = capacity
         self.dtype = dtype
         self.reduction = reduction

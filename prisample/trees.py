@@ -295,9 +295,18 @@ class PriorityTree:
     def write(self, slots: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> tuple[int, int]:
         """``raw[slots] = values`` (NaN empties a slot; last write wins); ``(code, Δcount)``."""
         code, change = _tree_write(
-            self.raw, self.masses, self.sums, self.mins, self.maxs, self.offsets,
-            self.eps, self.alpha, self.limit, slots, values,
-        )  # fmt: skip
+            self.raw,
+            self.masses,
+            self.sums,
+            self.mins,
+            self.maxs,
+            self.offsets,
+            self.eps,
+            self.alpha,
+            self.limit,
+            slots,
+            values,
+        )
         return int(code), int(change)
 
     def rebuild(self, alpha: float | None = None) -> None:

@@ -110,8 +110,13 @@ class ActorLearnerConfig:
 
 
 def q_network(obs_dim: int, actions: int, hidden: int) -> nn.Module:
-    return nn.Sequential(nn.Linear(obs_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                         nn.Linear(hidden, actions))  # fmt: skip
+    return nn.Sequential(
+        nn.Linear(obs_dim, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, actions),
+    )
 
 
 class Weights:
@@ -139,8 +144,14 @@ class ActorStats:
     returns: list[float] | None = None
 
 
-def actor(i: int, config: ActorLearnerConfig, replay: PrioritizedReplay, weights: Weights,
-          stop: threading.Event, stats: ActorStats) -> None:  # fmt: skip
+def actor(
+    i: int,
+    config: ActorLearnerConfig,
+    replay: PrioritizedReplay,
+    weights: Weights,
+    stop: threading.Event,
+    stats: ActorStats,
+) -> None:
     """Step ``envs_per_actor`` environments in turn with ε_i-greedy on a copy of the learner's
     network, adding every transition to the shared replay on the environment's own stream."""
     n = config.actors
@@ -164,8 +175,15 @@ def actor(i: int, config: ActorLearnerConfig, replay: PrioritizedReplay, weights
                     action = int(network(torch.as_tensor(obs[e])).argmax())
             next_obs, reward, terminated, truncated, _ = env.step(action)
             # PER: the new transition enters at the maximum priority of the memory (line 6)
-            replay.add(obs[e], action, float(reward), 0.0 if terminated else config.gamma, next_obs,
-                       episode_end=terminated or truncated, stream=i * config.envs_per_actor + e)  # fmt: skip
+            replay.add(
+                obs[e],
+                action,
+                float(reward),
+                0.0 if terminated else config.gamma,
+                next_obs,
+                episode_end=terminated or truncated,
+                stream=i * config.envs_per_actor + e,
+            )
             episode_return[e] += float(reward)
             if terminated or truncated:
                 stats.returns.append(episode_return[e])
@@ -187,14 +205,24 @@ def main(config: ActorLearnerConfig | None = None) -> dict[str, Any]:
     optimizer = torch.optim.Adam(online.parameters(), lr=config.lr)
     # PER: one replay for every actor, one stream per environment, β annealed to 1 over the updates
     replay = PrioritizedReplay(
-        config.capacity, (obs_dim,), obs_dtype=np.float32, num_streams=config.actors * config.envs_per_actor,
-        n_step=config.n_step, alpha=config.alpha, beta=LinearSchedule(config.beta0, 1.0, config.updates),
-        backend=config.backend, seed=config.seed,
-    )  # fmt: skip
+        config.capacity,
+        (obs_dim,),
+        obs_dtype=np.float32,
+        num_streams=config.actors * config.envs_per_actor,
+        n_step=config.n_step,
+        alpha=config.alpha,
+        beta=LinearSchedule(config.beta0, 1.0, config.updates),
+        backend=config.backend,
+        seed=config.seed,
+    )
     weights, stop = Weights(online), threading.Event()
     stats = [ActorStats() for _ in range(config.actors)]
-    threads = [threading.Thread(target=actor, args=(i, config, replay, weights, stop, stats[i]), daemon=True,
-                                name=f"actor-{i}") for i in range(config.actors)]  # fmt: skip
+    threads = [
+        threading.Thread(
+            target=actor, args=(i, config, replay, weights, stop, stats[i]), daemon=True, name=f"actor-{i}"
+        )
+        for i in range(config.actors)
+    ]
     start = time.perf_counter()
     for t in threads:
         t.start()

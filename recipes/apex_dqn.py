@@ -173,9 +173,12 @@ class ApexConfig:
 
     def __post_init__(self) -> None:
         check_env(self.env)
-        cli.require(env_family(self.env) != "atari", "env",
-                    "be a classic-control or MinAtar id (the remote memory stores no frame stacks)",
-                    self.env)  # fmt: skip
+        cli.require(
+            env_family(self.env) != "atari",
+            "env",
+            "be a classic-control or MinAtar id (the remote memory stores no frame stacks)",
+            self.env,
+        )
         cli.one_of(self, "arm", PAPER_ARMS)
         cli.positive(self, "actors", "envs_per_actor", "actor_cpus", "total_steps", "n_step")
         cli.positive(self, "actor_batch", "actor_sync_every", "max_pending", "publish_every", "shards")
@@ -191,12 +194,17 @@ class ApexConfig:
             cli.require(low <= high, "min_replay_ratio", f"be at most max_replay_ratio={high}", low)
         for name in ("total_steps", "actor_sync_every"):
             value = getattr(self, name)
-            cli.require(value % self.envs_per_actor == 0, name,
-                        f"be a multiple of envs_per_actor={self.envs_per_actor}", value)  # fmt: skip
+            cli.require(
+                value % self.envs_per_actor == 0,
+                name,
+                f"be a multiple of envs_per_actor={self.envs_per_actor}",
+                value,
+            )
         allowed = {f.name for f in fields(DDQNConfig)} - set(SET_BY_APEX)
         for key in self.learner or {}:
-            cli.require(key in allowed, "learner", f"name fields of the recipe's config but {SET_BY_APEX}",
-                        key)  # fmt: skip
+            cli.require(
+                key in allowed, "learner", f"name fields of the recipe's config but {SET_BY_APEX}", key
+            )
         learner_config(self)  # a value the recipe refuses is refused here, before Ray starts
 
 
@@ -206,8 +214,15 @@ def learner_config(config: ApexConfig) -> DDQNConfig:
     overrides = {"tensorboard": False, "progress": False, **(config.learner or {})}
     if "hidden" in overrides:
         overrides["hidden"] = tuple(overrides["hidden"])
-    learner = load_config(config.env, config.arm, seed=config.seed, total_steps=config.total_steps,
-                          n_step=config.n_step, device=config.device, **overrides)  # fmt: skip
+    learner = load_config(
+        config.env,
+        config.arm,
+        seed=config.seed,
+        total_steps=config.total_steps,
+        n_step=config.n_step,
+        device=config.device,
+        **overrides,
+    )
     return replace(learner, eval_every=config.eval_every) if config.eval_every else learner
 
 
@@ -260,8 +275,16 @@ class NStepBuilder:
         """Transitions whose window is still open (at most ``n − 1`` per environment)."""
         return sum(len(p) for p in self._pending)
 
-    def add(self, env: int, obs: Any, action: int, reward: float, discount: float, next_obs: Any,
-            episode_end: bool) -> None:  # fmt: skip
+    def add(
+        self,
+        env: int,
+        obs: Any,
+        action: int,
+        reward: float,
+        discount: float,
+        next_obs: Any,
+        episode_end: bool,
+    ) -> None:
         """One step of environment ``env``: ``(S_t, A_t, r_t, γ_t, S_{t+1})``."""
         pending = self._pending[env]
         for entry in pending:  # G += Γ r_t, Γ *= γ_t for the windows still open
@@ -356,8 +379,15 @@ class ApexActor:
                     reward, terminated, life_lost, self.learner.clip_reward, self.learner.gamma
                 )
                 for e in np.flatnonzero(~self.prev_done):  # an autoreset step stores nothing
-                    self.builder.add(int(e), self.obs[e], int(actions[e]), float(learn_reward[e]),
-                                     float(discount[e]), next_obs[e], bool(done[e]))  # fmt: skip
+                    self.builder.add(
+                        int(e),
+                        self.obs[e],
+                        int(actions[e]),
+                        float(learn_reward[e]),
+                        float(discount[e]),
+                        next_obs[e],
+                        bool(done[e]),
+                    )
                 self.returns += np.where(self.prev_done, 0.0, reward)
                 for e in np.flatnonzero(done):
                     finished.append(float(self.returns[e]))
@@ -437,8 +467,12 @@ class Learner:
             self._sent += self.replay.update_priorities(batch, priorities)
         self.updates += 1
         weights = batch.weights
-        self.window.add(loss=float(loss), td_abs=float(priorities.mean()), weight_mean=float(weights.mean()),
-                        weight_min=float(weights.min()))  # fmt: skip
+        self.window.add(
+            loss=float(loss),
+            td_abs=float(priorities.mean()),
+            weight_mean=float(weights.mean()),
+            weight_min=float(weights.min()),
+        )
         if self.updates % self.target_every == 0:
             self.q_target.load_state_dict(self.q.state_dict())
 
@@ -552,21 +586,43 @@ def train(config: ApexConfig) -> dict[str, Any]:
     probe.close()
     # PER: one memory for every actor: P(j) ∝ (|δ_j| + ε)^α, weights (N·P(j))^-β / max_i w_i
     replay = RemoteReplay(
-        cfg.memory_size, spec.obs_shape, shards=config.shards, beta=cfg.beta0, weight_norm=cfg.weight_norm,
-        seed=config.seed, obs_dtype=spec.obs_dtype, alpha=cfg.alpha, eps=cfg.priority_eps, backend=cfg.replay,
-    )  # fmt: skip
+        cfg.memory_size,
+        spec.obs_shape,
+        shards=config.shards,
+        beta=cfg.beta0,
+        weight_norm=cfg.weight_norm,
+        seed=config.seed,
+        obs_dtype=spec.obs_dtype,
+        alpha=cfg.alpha,
+        eps=cfg.priority_eps,
+        backend=cfg.replay,
+    )
     learner = Learner(config, cfg, spec, replay)
     remote_actor = ray.remote(num_cpus=config.actor_cpus)(ApexActor)
     actors = [remote_actor.remote(i, config, cfg, replay) for i in range(config.actors)]
     fleet = ActorFleet(actors, config.actor_sync_every, config.total_steps)
     logger = Logger(folder, tensorboard=False, resume=False)
-    evaluator = Evaluator(make_env(config.env, cfg.eval_envs)[0], epsilon=cfg.eval_epsilon,
-                          max_steps=cfg.eval_steps, max_episodes=cfg.eval_episodes, seed=config.seed,
-                          device=learner.device, scores=None, logger=logger, run_dir=folder)  # fmt: skip
+    evaluator = Evaluator(
+        make_env(config.env, cfg.eval_envs)[0],
+        epsilon=cfg.eval_epsilon,
+        max_steps=cfg.eval_steps,
+        max_episodes=cfg.eval_episodes,
+        seed=config.seed,
+        device=learner.device,
+        scores=None,
+        logger=logger,
+        run_dir=folder,
+    )
     evaluating = config.eval_every != 0
     run = RunState(next_eval=cfg.eval_every if evaluating else None, next_log=cfg.log_every)
-    bar = tqdm(total=config.total_steps, desc=f"Ape-X {config.env} ×{config.actors}", unit="step",
-               disable=not config.progress, dynamic_ncols=True, smoothing=0.05)  # fmt: skip
+    bar = tqdm(
+        total=config.total_steps,
+        desc=f"Ape-X {config.env} ×{config.actors}",
+        unit="step",
+        disable=not config.progress,
+        dynamic_ncols=True,
+        smoothing=0.05,
+    )
 
     def between_updates(results: list[dict[str, Any]]) -> None:
         """Chunks that returned: the bar, the actors' episodes, the time budget, due evaluations."""
@@ -584,11 +640,17 @@ def train(config: ApexConfig) -> dict[str, Any]:
             bar.set_postfix_str(f"eval {result.score:.1f}, {learner.updates} updates", refresh=False)
         if fleet.steps >= run.next_log:
             recent = run.returns[-20:]
-            logger.log("metrics", fleet.steps, {
-                "train/episode_return": float(np.mean(recent)) if recent else math.nan,
-                "train/episodes": float(len(run.returns)), "per/beta": float(replay.beta),
-                "updates": float(learner.updates), **learner.window.drain(),
-            })  # fmt: skip
+            logger.log(
+                "metrics",
+                fleet.steps,
+                {
+                    "train/episode_return": float(np.mean(recent)) if recent else math.nan,
+                    "train/episodes": float(len(run.returns)),
+                    "per/beta": float(replay.beta),
+                    "updates": float(learner.updates),
+                    **learner.window.drain(),
+                },
+            )
             run.next_log += cfg.log_every
 
     try:
@@ -639,16 +701,39 @@ def train(config: ApexConfig) -> dict[str, Any]:
     best = evaluator.reevaluate_best(learner.q) if evaluating else None
     logger.close()
     evaluator.env.close()
-    result = summary(config, cfg, learner, run, record, totals, stats, fleet.steps, learning, best,
-                     time.perf_counter() - started, folder)  # fmt: skip
+    result = summary(
+        config,
+        cfg,
+        learner,
+        run,
+        record,
+        totals,
+        stats,
+        fleet.steps,
+        learning,
+        best,
+        time.perf_counter() - started,
+        folder,
+    )
     result["loadavg"] = {"start": load_start, "end": os.getloadavg()}  # other jobs on the machine show here
     (folder / "apex_dqn.json").write_text(to_json(result))
     return result
 
 
-def summary(config: ApexConfig, cfg: DDQNConfig, learner: Learner, run: RunState, record: EvalRecord,
-            totals: list[dict[str, Any]], stats: dict[str, int], env_steps: int, learning: dict[str, float],
-            best: Any, wall: float, folder: Path) -> dict[str, Any]:  # fmt: skip
+def summary(
+    config: ApexConfig,
+    cfg: DDQNConfig,
+    learner: Learner,
+    run: RunState,
+    record: EvalRecord,
+    totals: list[dict[str, Any]],
+    stats: dict[str, int],
+    env_steps: int,
+    learning: dict[str, float],
+    best: Any,
+    wall: float,
+    folder: Path,
+) -> dict[str, Any]:
     """``apex_dqn.json``: config, command, machine, rates, replay ratio, the eval curve.  Its keys
     ``eval_steps``, ``eval_scores``, ``best_score``, ``best_policy_score``, ``steps``,
     ``steps_per_s``, ``wall_s``, ``stopped`` and ``run_dir`` read as the single-process recipe's
@@ -727,8 +812,16 @@ def main(argv: list[str] | None = None) -> Any:
 
         return apex_studies.main(argv)
     result = train(cli.parse(ApexConfig, argv[1:], prog=PROG))
-    shown = ("steps", "updates", "actor_steps_per_s", "learner_updates_per_s", "replay_ratio",
-             "dropped_updates", "best_policy_score", "wall_s")  # fmt: skip
+    shown = (
+        "steps",
+        "updates",
+        "actor_steps_per_s",
+        "learner_updates_per_s",
+        "replay_ratio",
+        "dropped_updates",
+        "best_policy_score",
+        "wall_s",
+    )
     print(to_json({key: result[key] for key in shown}), end="")
     print(f"wrote {result['run_dir']}/apex_dqn.json")
     return result

@@ -85,8 +85,12 @@ class ScalingConfig:
     """Other ApexConfig fields of every run as JSON, e.g. '{"actor_sync_every": 800, "shards": 2}'."""
 
     def __post_init__(self) -> None:
-        cli.require(bool(self.actors) and min(self.actors) >= 1, "actors", "be a comma list of counts >= 1",
-                    self.actors)  # fmt: skip
+        cli.require(
+            bool(self.actors) and min(self.actors) >= 1,
+            "actors",
+            "be a comma list of counts >= 1",
+            self.actors,
+        )
         cli.positive(self, "seconds", "envs_per_actor")
         _apex_fields(self.apex, SCALING_SETS)
         scaling_run(self, max(self.actors))  # refused here, before any run starts
@@ -96,14 +100,32 @@ def scaling_run(config: ScalingConfig, actors: int) -> ApexConfig:
     """The run of ``actors`` actors: ``seconds`` long, no evaluation, no cap on updates."""
     total = config.envs_per_actor * (10**9 // config.envs_per_actor)  # the time budget stops the run
     return ApexConfig(
-        env=config.env, actors=actors, envs_per_actor=config.envs_per_actor, total_steps=total,
-        time_budget_s=config.seconds, eval_every=0, device=config.device, seed=config.seed,
-        out=f"{config.out}_runs/actors{actors}", progress=False, **(config.apex or {}),
-    )  # fmt: skip
+        env=config.env,
+        actors=actors,
+        envs_per_actor=config.envs_per_actor,
+        total_steps=total,
+        time_budget_s=config.seconds,
+        eval_every=0,
+        device=config.device,
+        seed=config.seed,
+        out=f"{config.out}_runs/actors{actors}",
+        progress=False,
+        **(config.apex or {}),
+    )
 
 
-SCALING_SETS = ("env", "actors", "envs_per_actor", "total_steps", "time_budget_s", "eval_every", "device",
-                "seed", "out", "progress")  # fmt: skip
+SCALING_SETS = (
+    "env",
+    "actors",
+    "envs_per_actor",
+    "total_steps",
+    "time_budget_s",
+    "eval_every",
+    "device",
+    "seed",
+    "out",
+    "progress",
+)
 
 
 def scaling(config: ScalingConfig, argv: list[str]) -> dict[str, Any]:
@@ -116,8 +138,10 @@ def scaling(config: ScalingConfig, argv: list[str]) -> dict[str, Any]:
         for run in runs:
             result = train(run)
             rows.append(_scaling_row(result))
-            print(f"{run.actors} actor(s): {rows[-1]['actor_steps_per_s']:.0f} env steps/s, "
-                  f"{rows[-1]['learner_updates_per_s']:.0f} updates/s")  # fmt: skip
+            print(
+                f"{run.actors} actor(s): {rows[-1]['actor_steps_per_s']:.0f} env steps/s, "
+                f"{rows[-1]['learner_updates_per_s']:.0f} updates/s"
+            )
     finally:
         if own:
             ray.shutdown()
@@ -185,8 +209,10 @@ def _plot_scaling(rows: list[dict[str, Any]], path: Path, title: str) -> None:
 
     actors = [row["actors"] for row in rows]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    for ax, key, label in ((axes[0], "actor_steps_per_s", "actor env steps/s (all actors)"),
-                           (axes[1], "learner_updates_per_s", "learner updates/s")):  # fmt: skip
+    for ax, key, label in (
+        (axes[0], "actor_steps_per_s", "actor env steps/s (all actors)"),
+        (axes[1], "learner_updates_per_s", "learner updates/s"),
+    ):
         ax.plot(actors, [row[key] for row in rows], "o-", color="tab:blue")
         ax.set_xlabel("actors")
         ax.set_ylabel(label)
@@ -293,11 +319,19 @@ RATIOS = ("free", "capped", "matched")
 def apex_run(config: CompareConfig, seed: int, ratio: str = "free") -> ApexConfig:
     """Ape-X with ``seed``, its updates per env step bounded as ``ratio`` says."""
     run = ApexConfig(
-        env=config.env, arm=config.arm, actors=config.actors, envs_per_actor=config.envs_per_actor,
-        total_steps=config.total_steps, n_step=config.n_step, device=config.device, seed=seed,
-        out=f"{config.out}_runs/apex_{ratio}/seed{seed}", progress=False, learner=config.learner,
+        env=config.env,
+        arm=config.arm,
+        actors=config.actors,
+        envs_per_actor=config.envs_per_actor,
+        total_steps=config.total_steps,
+        n_step=config.n_step,
+        device=config.device,
+        seed=seed,
+        out=f"{config.out}_runs/apex_{ratio}/seed{seed}",
+        progress=False,
+        learner=config.learner,
         **(config.apex or {}),
-    )  # fmt: skip
+    )
     recipe = 1.0 / learner_config(run).replay_period
     if ratio in ("capped", "matched"):
         run = replace(run, max_replay_ratio=recipe)
@@ -312,14 +346,35 @@ def single_run(config: CompareConfig, seed: int) -> DDQNConfig:
     if "hidden" in learner:
         learner["hidden"] = tuple(learner["hidden"])
     return load_config(
-        config.env, config.arm, seed=seed, total_steps=config.total_steps, n_step=config.n_step,
-        device=config.device, log_dir=f"{config.out}_runs/single", run_name=f"seed{seed}", tensorboard=False,
-        progress=False, **learner,
-    )  # fmt: skip
+        config.env,
+        config.arm,
+        seed=seed,
+        total_steps=config.total_steps,
+        n_step=config.n_step,
+        device=config.device,
+        log_dir=f"{config.out}_runs/single",
+        run_name=f"seed{seed}",
+        tensorboard=False,
+        progress=False,
+        **learner,
+    )
 
 
-COMPARE_SETS = ("env", "arm", "actors", "envs_per_actor", "total_steps", "n_step", "device", "seed",
-                "out", "progress", "learner", "max_replay_ratio", "min_replay_ratio")  # fmt: skip
+COMPARE_SETS = (
+    "env",
+    "arm",
+    "actors",
+    "envs_per_actor",
+    "total_steps",
+    "n_step",
+    "device",
+    "seed",
+    "out",
+    "progress",
+    "learner",
+    "max_replay_ratio",
+    "min_replay_ratio",
+)
 
 
 def compare(config: CompareConfig, argv: list[str]) -> dict[str, Any]:
@@ -335,12 +390,16 @@ def compare(config: CompareConfig, argv: list[str]) -> dict[str, Any]:
             for ratio, label in apex_labels.items():
                 apex = train(apex_run(config, seed, ratio))
                 results.append({**apex, "label": label})
-                print(f"seed {seed}, Ape-X {ratio}: {apex['wall_s']:.0f} s, {apex['updates']} updates, best "
-                      f"policy {apex['best_policy_score']:.1f}")  # fmt: skip
+                print(
+                    f"seed {seed}, Ape-X {ratio}: {apex['wall_s']:.0f} s, {apex['updates']} updates, best "
+                    f"policy {apex['best_policy_score']:.1f}"
+                )
             single = asdict(train_single(single_run(config, seed)))
             results.append({**single, "label": single_label})
-            print(f"seed {seed}, one process: {single['wall_s']:.0f} s, {single['updates']} updates, best "
-                  f"policy {single['best_policy_score']:.1f}")  # fmt: skip
+            print(
+                f"seed {seed}, one process: {single['wall_s']:.0f} s, {single['updates']} updates, best "
+                f"policy {single['best_policy_score']:.1f}"
+            )
             report = _write_compare(config, argv, results, time.perf_counter() - started)
     finally:
         if own:
@@ -348,8 +407,9 @@ def compare(config: CompareConfig, argv: list[str]) -> dict[str, Any]:
     return report
 
 
-def _write_compare(config: CompareConfig, argv: list[str], results: list[dict[str, Any]],
-                   wall: float) -> dict[str, Any]:  # fmt: skip
+def _write_compare(
+    config: CompareConfig, argv: list[str], results: list[dict[str, Any]], wall: float
+) -> dict[str, Any]:
     curves = collect(results)
     labels = list(dict.fromkeys(r["label"] for r in results))
     report = {

@@ -91,11 +91,35 @@ from recipes.dqn_run import LoopState, Schedules, checkpoint, finish, resume
 from recipes.dqn_update import GraphedForward, HostCopy, LossFn, OptimizerStep, Pending
 
 __all__ = [  # the recipe's names, those defined in its parts included (other modules import them from here)
-    "ABLATION_ARMS", "ARMS", "CONFIG_DIR", "PAPER_ARMS", "Batch", "DDQNConfig", "DQNRMSprop", "LoopState",
-    "QNetwork", "Schedules", "SharedBias", "act", "as_batch", "config_files", "double_dqn_td_error",
-    "dqn_td_error", "laber_batch", "load_config", "main", "make_learner", "make_optimizer", "protocols",
-    "resolve_device", "run_dir", "td_loss", "train", "transition_targets", "weighted_td_loss",
-]  # fmt: skip
+    "ABLATION_ARMS",
+    "ARMS",
+    "CONFIG_DIR",
+    "PAPER_ARMS",
+    "Batch",
+    "DDQNConfig",
+    "DQNRMSprop",
+    "LoopState",
+    "QNetwork",
+    "Schedules",
+    "SharedBias",
+    "act",
+    "as_batch",
+    "config_files",
+    "double_dqn_td_error",
+    "dqn_td_error",
+    "laber_batch",
+    "load_config",
+    "main",
+    "make_learner",
+    "make_optimizer",
+    "protocols",
+    "resolve_device",
+    "run_dir",
+    "td_loss",
+    "train",
+    "transition_targets",
+    "weighted_td_loss",
+]
 
 # -- the update of Algorithm 1 -----------------------------------------------------------------------
 
@@ -165,9 +189,14 @@ def as_batch(sample: Any, weights: Any, device: torch.device) -> Batch:
     def put(value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
         return torch.as_tensor(value, device=device, dtype=dtype)
 
-    return Batch(put(sample["obs"]), put(sample["action"]), put(sample["reward"], torch.float32),
-                 put(sample["discount"], torch.float32), put(sample["next_obs"]),
-                 put(weights))  # fmt: skip
+    return Batch(
+        put(sample["obs"]),
+        put(sample["action"]),
+        put(sample["reward"], torch.float32),
+        put(sample["discount"], torch.float32),
+        put(sample["next_obs"]),
+        put(weights),
+    )
 
 
 def td_loss(q: nn.Module, q_target: nn.Module, cfg: DDQNConfig) -> LossFn:
@@ -192,9 +221,14 @@ def td_loss(q: nn.Module, q_target: nn.Module, cfg: DDQNConfig) -> LossFn:
 
 
 def laber_batch(
-    sample: Any, candidates: np.ndarray, laber: LaBER, q: nn.Module, q_target: nn.Module, cfg: DDQNConfig,
+    sample: Any,
+    candidates: np.ndarray,
+    laber: LaBER,
+    q: nn.Module,
+    q_target: nn.Module,
+    cfg: DDQNConfig,
     device: torch.device,
-) -> tuple[Batch, np.ndarray]:  # fmt: skip
+) -> tuple[Batch, np.ndarray]:
     """LaBER-mean (Lahire, Geist & Rachelson 2022, Alg. 1): the kept minibatch and its slots.
 
     ``sample`` holds the ``m·B`` transitions drawn uniformly (slots ``candidates``).  One forward
@@ -301,13 +335,20 @@ def train(cfg: DDQNConfig) -> RunResult:
     schedules = Schedules.of(cfg)
     # PER: the memory is a PrioritizedReplay whatever the arm; 'uniform' is α = 0, β = 0 (line 1).
     replay = PrioritizedReplay(
-        cfg.memory_size, spec.obs_shape[1:] if spec.frame_stack > 1 else spec.obs_shape,
-        frame_stack=spec.frame_stack, obs_dtype=spec.obs_dtype, num_streams=cfg.num_envs,
-        n_step=cfg.n_step, alpha=cfg.alpha, beta=cfg.beta0,
-        weight_norm=cfg.weight_norm, backend=cfg.replay, seed=cfg.seed,
+        cfg.memory_size,
+        spec.obs_shape[1:] if spec.frame_stack > 1 else spec.obs_shape,
+        frame_stack=spec.frame_stack,
+        obs_dtype=spec.obs_dtype,
+        num_streams=cfg.num_envs,
+        n_step=cfg.n_step,
+        alpha=cfg.alpha,
+        beta=cfg.beta0,
+        weight_norm=cfg.weight_norm,
+        backend=cfg.replay,
+        seed=cfg.seed,
         eps=0.0 if cfg.priority_rule == "lap" else cfg.priority_eps,  # PER: LAP's p = max(|δ|, κ) > 0
         device=device if cfg.replay_on_device and device.type == "cuda" else None,
-    )  # fmt: skip
+    )
     diagnostics = Diagnostics(cfg.memory_size) if cfg.diagnostics else None  # PER: M_i, Figs. 10-11
     # PER: LaBER draws m·B uniformly (the 'uniform' replay) and keeps B ∝ |δ| (a stream of its own)
     laber = None
@@ -318,16 +359,30 @@ def train(cfg: DDQNConfig) -> RunResult:
     logger = Logger(run_dir(cfg), cfg.tensorboard, resume=cfg.resume)
     scores = load_atari_scores().get(atari_rom(cfg.env)) if env_family(cfg.env) == "atari" else None
     evaluator = Evaluator(
-        make_env(cfg.env, cfg.eval_envs, **options)[0], epsilon=cfg.eval_epsilon, max_steps=cfg.eval_steps,
-        max_episodes=cfg.eval_episodes, seed=cfg.seed, device=device, scores=scores, logger=logger,
+        make_env(cfg.env, cfg.eval_envs, **options)[0],
+        epsilon=cfg.eval_epsilon,
+        max_steps=cfg.eval_steps,
+        max_episodes=cfg.eval_episodes,
+        seed=cfg.seed,
+        device=device,
+        scores=scores,
+        logger=logger,
         run_dir=run_dir(cfg),
-    )  # fmt: skip
-    parts = dict(q=q, q_target=q_target, optimizer=optimizer, replay=replay, rng=rng, evaluator=evaluator,
-                 laber=laber)  # fmt: skip
+    )
+    parts = dict(
+        q=q, q_target=q_target, optimizer=optimizer, replay=replay, rng=rng, evaluator=evaluator, laber=laber
+    )
     state, env = resume(cfg, load_checkpoint(run_dir(cfg) / "checkpoint.pt", device), env, parts)
     timer, window, rate = state.timer, state.window, StepRate(state.step)
-    bar = tqdm(total=cfg.total_steps, initial=state.step, desc=f"{cfg.env} {cfg.arm}", unit="step",
-               disable=not cfg.progress, dynamic_ncols=True, smoothing=0.05)  # fmt: skip
+    bar = tqdm(
+        total=cfg.total_steps,
+        initial=state.step,
+        desc=f"{cfg.env} {cfg.arm}",
+        unit="step",
+        disable=not cfg.progress,
+        dynamic_ncols=True,
+        smoothing=0.05,
+    )
     forward = GraphedForward(q, graph=graph)  # acting's Q(S_t, ·), a CUDA graph on a GPU
     stepper = SendRecv(env)
 
@@ -347,8 +402,12 @@ def train(cfg: DDQNConfig) -> RunResult:
             if diagnostics is not None:
                 diagnostics.on_update(indices, host[:-3])
             # PER: the loss, mean |δ|, and the weights' mean and minimum
-            window.add(loss=float(host[-3]), td_abs=float(host[:-3].mean()), weight_mean=float(host[-2]),
-                       weight_min=float(host[-1]))  # fmt: skip
+            window.add(
+                loss=float(host[-3]),
+                td_abs=float(host[:-3].mean()),
+                weight_mean=float(host[-2]),
+                weight_min=float(host[-1]),
+            )
 
     def update_due(step: int, alpha: float, beta: float) -> None:
         """Lines 7-15 once learning started: one minibatch update per K agent steps up to ``step``."""
@@ -407,8 +466,15 @@ def train(cfg: DDQNConfig) -> RunResult:
             live = np.flatnonzero(~state.prev_done)  # a step that only resets an environment stores nothing
         with timer("add"):  # store (S_{t-1}, A_{t-1}, R_t, γ_t, S_t) (line 6)
             # PER: a new transition enters at the maximal priority, p_t = max_{i<t} p_i
-            slots = replay.add_many(state.obs[live], actions[live], learn_reward[live], discount[live],
-                                    next_obs[live], episode_end=done[live], streams=live)  # fmt: skip
+            slots = replay.add_many(
+                state.obs[live],
+                actions[live],
+                learn_reward[live],
+                discount[live],
+                next_obs[live],
+                episode_end=done[live],
+                streams=live,
+            )
         if diagnostics is not None:
             diagnostics.on_write(slots)
         state.end_episodes(reward, done)
@@ -426,14 +492,23 @@ def train(cfg: DDQNConfig) -> RunResult:
             bar.set_postfix_str(f"eval {result.score:.1f}", refresh=False)
         if state.step >= state.next_log:
             recent = state.episode_returns[-20:]
-            logger.log("metrics", state.step, {
-                "train/episode_return": float(np.mean(recent)) if recent else float("nan"),
-                "train/episodes": float(len(state.episode_returns)), "train/epsilon": epsilon,
-                "per/alpha": replay.sampler.alpha, "per/beta": replay.sampler.beta,  # PER: logged α, β,
-                "per/max_priority": replay.sampler.max_priority,  # PER: max priority and the weights' window
-                "perf/steps_per_s": rate(state.step), "replay/size": float(len(replay)),
-                "updates": float(state.updates), **window.drain(),
-            })  # fmt: skip
+            logger.log(
+                "metrics",
+                state.step,
+                {
+                    "train/episode_return": float(np.mean(recent)) if recent else float("nan"),
+                    "train/episodes": float(len(state.episode_returns)),
+                    "train/epsilon": epsilon,
+                    # PER: logged α, β, max priority and the weights' window
+                    "per/alpha": replay.sampler.alpha,
+                    "per/beta": replay.sampler.beta,
+                    "per/max_priority": replay.sampler.max_priority,
+                    "perf/steps_per_s": rate(state.step),
+                    "replay/size": float(len(replay)),
+                    "updates": float(state.updates),
+                    **window.drain(),
+                },
+            )
             if diagnostics is not None:  # PER: sorted |δ| and P(i) against |δ| of the memory now
                 diagnostics.snapshot(state.step, replay.sampler)
             state.next_log += cfg.log_every

@@ -268,9 +268,20 @@ class QLearner:
         """
         m = self.memory
         applied, converged = _replay(
-            self.theta, self.q, self.phi, self.kernel, self.q_true, self.pair, m.reward, m.discount,
-            m.next_state, slots, self.step_size, self.tolerance, abs_delta,
-        )  # fmt: skip
+            self.theta,
+            self.q,
+            self.phi,
+            self.kernel,
+            self.q_true,
+            self.pair,
+            m.reward,
+            m.discount,
+            m.next_state,
+            slots,
+            self.step_size,
+            self.tolerance,
+            abs_delta,
+        )
         self.updates += applied
         return applied, converged
 

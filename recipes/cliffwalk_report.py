@@ -36,14 +36,31 @@ STYLE = {
     "proportional": ("blue", "proportional"),
 }
 FIGURES: tuple[tuple[str, str, str, tuple[tuple[str, str], ...]], ...] = (
-    ("fig1_right", "Fig. 1 (right): uniform vs oracle, tabular", "tabular",
-     (("tabular", "uniform"), ("tabular", "oracle"))),
-    ("fig2_left", "Fig. 2 (left): greedy TD error, tabular", "tabular",
-     (("tabular", "uniform"), ("tabular", "oracle"), ("tabular", "greedy"))),
-    ("fig2_right", "Fig. 2 (right): rank-based and proportional, linear", "linear",
-     (("linear", "uniform"), ("linear", "oracle"), ("tabular", "oracle"), ("linear", "rank"),
-      ("linear", "proportional"))),
-)  # fmt: skip
+    (
+        "fig1_right",
+        "Fig. 1 (right): uniform vs oracle, tabular",
+        "tabular",
+        (("tabular", "uniform"), ("tabular", "oracle")),
+    ),
+    (
+        "fig2_left",
+        "Fig. 2 (left): greedy TD error, tabular",
+        "tabular",
+        (("tabular", "uniform"), ("tabular", "oracle"), ("tabular", "greedy")),
+    ),
+    (
+        "fig2_right",
+        "Fig. 2 (right): rank-based and proportional, linear",
+        "linear",
+        (
+            ("linear", "uniform"),
+            ("linear", "oracle"),
+            ("tabular", "oracle"),
+            ("linear", "rank"),
+            ("linear", "proportional"),
+        ),
+    ),
+)
 """(file suffix, title, the panel's representation, (representation, agent) per line).  A line from
 the other representation is dashed: the linear oracle stalls for larger n (docs/recipes/cliffwalk.md),
 so the tabular one is drawn as a reference."""

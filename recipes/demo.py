@@ -82,8 +82,10 @@ def show_weights() -> None:
         sampler = PrioritizedSampler(4, alpha=1.0, beta=1.0, eps=1e-9, weight_norm=norm, seed=0)
         sampler.update_priorities(np.arange(4), priorities)
         batch = np.array([2, 3])
-        print(f"   {norm:>6}: P = {np.round(sampler.probabilities(batch), 4).tolist()}, "
-              f"w = {np.round(sampler.weights(batch).astype(float), 4).tolist()}")  # fmt: skip
+        print(
+            f"   {norm:>6}: P = {np.round(sampler.probabilities(batch), 4).tolist()}, "
+            f"w = {np.round(sampler.weights(batch).astype(float), 4).tolist()}"
+        )
     print("   'memory' divides by the largest weight over the memory (the paper's Algorithm 1),")
     print("   'batch' by the largest in the batch; both keep every weight <= 1.")
 

@@ -75,8 +75,17 @@ class FiguresConfig:
     def __post_init__(self) -> None:
         cli.subset_of(self, "parts", PARTS)
         cli.subset_of(self, "arms", DQN_ARMS)
-        cli.at_least(self, 1, "steps", "memory_size", "replay_period", "log_every", "mnist_steps",
-                     "mnist_log_every", "threads")  # fmt: skip
+        cli.at_least(
+            self,
+            1,
+            "steps",
+            "memory_size",
+            "replay_period",
+            "log_every",
+            "mnist_steps",
+            "mnist_log_every",
+            "threads",
+        )
         cli.at_least(self, 0, "learning_starts", "seed")
         cli.one_of(self, "dataset", ("auto", "mnist", "fashion-mnist"))
         after = f"be > learning_starts={self.learning_starts}"
@@ -101,18 +110,36 @@ def run_dqn(config: FiguresConfig, arm: str, out: Path) -> dict[str, Any]:
 
     name = f"{config.env.split('/')[-1].split('-')[0].lower()}_{arm}"
     cfg = load_config(
-        config.env, arm, total_steps=config.steps, learning_starts=config.learning_starts,
-        memory_size=config.memory_size, replay_period=config.replay_period, log_every=config.log_every,
-        eval_every=config.steps, eval_steps=min(5_000, config.steps), eval_episodes=10,
+        config.env,
+        arm,
+        total_steps=config.steps,
+        learning_starts=config.learning_starts,
+        memory_size=config.memory_size,
+        replay_period=config.replay_period,
+        log_every=config.log_every,
+        eval_every=config.steps,
+        eval_steps=min(5_000, config.steps),
+        eval_episodes=10,
         eps_decay_steps=max(1, min(100_000, config.steps - config.learning_starts) // 2),
-        seed=config.seed, threads=config.threads, log_dir=str(out / "runs"), run_name=name,
-        progress=False, tensorboard=False, diagnostics=True,
-    )  # fmt: skip
+        seed=config.seed,
+        threads=config.threads,
+        log_dir=str(out / "runs"),
+        run_name=name,
+        progress=False,
+        tensorboard=False,
+        diagnostics=True,
+    )
     result = train(cfg)
     files = _copy_outputs(run_dir(cfg), name, out)
     summary = json.loads((run_dir(cfg) / "diagnostics.json").read_text())["replay_counts"]["summary"]
-    return {"name": name, "files": [str(f) for f in files], "steps": result.steps, "updates": result.updates,
-            "wall_s": round(result.wall_s, 1), "replay_counts": summary}  # fmt: skip
+    return {
+        "name": name,
+        "files": [str(f) for f in files],
+        "steps": result.steps,
+        "updates": result.updates,
+        "wall_s": round(result.wall_s, 1),
+        "replay_counts": summary,
+    }
 
 
 def run_mnist(config: FiguresConfig, out: Path) -> dict[str, Any]:
@@ -143,10 +170,15 @@ def run_mnist(config: FiguresConfig, out: Path) -> dict[str, Any]:
     diagnostics = Diagnostics()
     model.diagnosed = PrioritizedSamplingCallback(diagnostics=diagnostics)
     trainer = pl.Trainer(
-        **{**TRAINER_DEFAULTS, "check_val_every_n_epoch": 1}, limit_val_batches=0,
-        max_steps=config.mnist_steps, log_every_n_steps=config.mnist_log_every, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-    )  # fmt: skip
+        **{**TRAINER_DEFAULTS, "check_val_every_n_epoch": 1},
+        limit_val_batches=0,
+        max_steps=config.mnist_steps,
+        log_every_n_steps=config.mnist_log_every,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     started = time.perf_counter()
     trainer.fit(model, datamodule=data)
     title = f"imbalanced {data.dataset_name}, prioritized (α = 1, β = 0)"
@@ -155,9 +187,14 @@ def run_mnist(config: FiguresConfig, out: Path) -> dict[str, Any]:
         *diagnostics.plot(out / name, title=title),
     ]
     assert diagnostics.counter is not None
-    return {"name": name, "dataset": data.dataset_name, "files": [str(f) for f in files],
-            "updates": int(trainer.global_step), "wall_s": round(time.perf_counter() - started, 1),
-            "replay_counts": diagnostics.counter.summary()}  # fmt: skip
+    return {
+        "name": name,
+        "dataset": data.dataset_name,
+        "files": [str(f) for f in files],
+        "updates": int(trainer.global_step),
+        "wall_s": round(time.perf_counter() - started, 1),
+        "replay_counts": diagnostics.counter.summary(),
+    }
 
 
 def _no_nan(obj: Any) -> Any:
@@ -173,8 +210,9 @@ def _no_nan(obj: Any) -> Any:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """``python -m recipes.diagnostics_figures [options]``; ``--help`` lists them."""
-    config = cli.parse(FiguresConfig, sys.argv[1:] if argv is None else argv,
-                       prog="python -m recipes.diagnostics_figures")  # fmt: skip
+    config = cli.parse(
+        FiguresConfig, sys.argv[1:] if argv is None else argv, prog="python -m recipes.diagnostics_figures"
+    )
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

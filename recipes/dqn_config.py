@@ -194,28 +194,57 @@ class DDQNConfig:
         cli.one_of(self, "priority_rule", ("abs_td", "lap"))
         cli.one_of(self, "sampling", ("replay", "laber"))
         if self.priority_rule == "lap":  # p = max(|δ|, κ) only means LAP under P(i) ∝ p_i^α
-            cli.require(self.replay == "proportional", "replay", "be proportional with priority_rule=lap",
-                        self.replay)  # fmt: skip
+            cli.require(
+                self.replay == "proportional", "replay", "be proportional with priority_rule=lap", self.replay
+            )
         if self.sampling == "laber":  # LaBER's large batch is uniform; it stores no priorities
             cli.require(self.replay == "uniform", "replay", "be uniform with sampling=laber", self.replay)
-            cli.require(not self.diagnostics, "diagnostics", "be false with sampling=laber (no priorities)",
-                        self.diagnostics)  # fmt: skip
+            cli.require(
+                not self.diagnostics,
+                "diagnostics",
+                "be false with sampling=laber (no priorities)",
+                self.diagnostics,
+            )
         check_env(self.env)  # Pendulum-v1 used to get as far as an AttributeError on its action space
         cli.at_least(
-            self, 1, "batch_size", "threads", "env_threads", "total_steps", "num_envs", "memory_size",
-            "n_step", "replay_period", "target_update_period", "eval_every", "eval_steps",
-            "eval_episodes", "eval_envs", "log_every", "checkpoint_every", "eps_decay_steps", "laber_m",
-        )  # fmt: skip
+            self,
+            1,
+            "batch_size",
+            "threads",
+            "env_threads",
+            "total_steps",
+            "num_envs",
+            "memory_size",
+            "n_step",
+            "replay_period",
+            "target_update_period",
+            "eval_every",
+            "eval_steps",
+            "eval_episodes",
+            "eval_envs",
+            "log_every",
+            "checkpoint_every",
+            "eps_decay_steps",
+            "laber_m",
+        )
         cli.at_least(self, 0, "learning_starts", "noop_max", "alpha", "alpha_end", "seed")
         cli.positive(self, "lr", "lr_divisor", "priority_eps", "rmsprop_eps", "lap_kappa")
         for name in ("gamma", "beta0", "beta_end", "eps_start", "eps_end", "eval_epsilon", "rmsprop_decay"):
             cli.in_range(self, name, 0.0, 1.0)
         if self.time_budget_s is not None:
             cli.at_least(self, 0.0, "time_budget_s")
-        cli.require(bool(self.hidden) and min(self.hidden) >= 1, "hidden", "be a comma list of widths >= 1",
-                    self.hidden)  # fmt: skip
-        cli.require(self.memory_size >= self.batch_size, "memory_size", f"be >= batch_size={self.batch_size}",
-                    self.memory_size)  # fmt: skip
+        cli.require(
+            bool(self.hidden) and min(self.hidden) >= 1,
+            "hidden",
+            "be a comma list of widths >= 1",
+            self.hidden,
+        )
+        cli.require(
+            self.memory_size >= self.batch_size,
+            "memory_size",
+            f"be >= batch_size={self.batch_size}",
+            self.memory_size,
+        )
         # Fewer steps than learning_starts used to finish "done" after 0 updates, without a word.
         cli.require(
             self.total_steps > self.learning_starts,

@@ -41,10 +41,14 @@ class QNetwork(nn.Module):
         if network == "nature_cnn":
             channels = spec.obs_shape[0]
             self.body: nn.Module = nn.Sequential(
-                nn.Conv2d(channels, 32, 8, stride=4), nn.ReLU(),
-                nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-                nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten(),
-            )  # fmt: skip
+                nn.Conv2d(channels, 32, 8, stride=4),
+                nn.ReLU(),
+                nn.Conv2d(32, 64, 4, stride=2),
+                nn.ReLU(),
+                nn.Conv2d(64, 64, 3, stride=1),
+                nn.ReLU(),
+                nn.Flatten(),
+            )
             width = 64 * 7 * 7
         elif network == "minatar_cnn":
             height, breadth, channels = spec.obs_shape

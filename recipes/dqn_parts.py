@@ -21,11 +21,24 @@ from typing import Any
 import torch
 
 COLUMNS = {
-    "metrics": ("step", "train/episode_return", "train/episodes", "train/epsilon", "train/loss",
-                "train/td_abs", "per/alpha", "per/beta", "per/weight_mean", "per/weight_min",
-                "per/max_priority", "perf/steps_per_s", "replay/size", "updates"),
+    "metrics": (
+        "step",
+        "train/episode_return",
+        "train/episodes",
+        "train/epsilon",
+        "train/loss",
+        "train/td_abs",
+        "per/alpha",
+        "per/beta",
+        "per/weight_mean",
+        "per/weight_min",
+        "per/max_priority",
+        "perf/steps_per_s",
+        "replay/size",
+        "updates",
+    ),
     "eval": ("step", "eval/score", "eval/episodes", "eval/normalized"),
-}  # fmt: skip
+}
 """Columns of ``metrics.csv`` (every log_every steps) and ``eval.csv`` (every evaluation; the
 re-evaluation of the best policy is the row whose step is ``best``)."""
 
@@ -252,8 +265,16 @@ class Evaluator:
     def _play(self, q: torch.nn.Module, rng: Any, seed: int) -> Any:
         from recipes.dqn_envs import evaluate
 
-        return evaluate(q, self.env, epsilon=self.epsilon, max_steps=self.max_steps,
-                        max_episodes=self.max_episodes, rng=rng, device=self.device, seed=seed)  # fmt: skip
+        return evaluate(
+            q,
+            self.env,
+            epsilon=self.epsilon,
+            max_steps=self.max_steps,
+            max_episodes=self.max_episodes,
+            rng=rng,
+            device=self.device,
+            seed=seed,
+        )
 
     def select(self, q: torch.nn.Module, at: int) -> Any:
         """Evaluate ``q`` at step ``at``; keep it in ``best_q.pt`` if it is the best so far."""

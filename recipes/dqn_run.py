@@ -107,13 +107,18 @@ def checkpoint(cfg: DDQNConfig, state: LoopState, env: Any, parts: dict[str, Any
     except Exception:  # ALE's vector env holds C++ state: episodes in flight restart on resume
         env_blob = None
     return {
-        "config": asdict(cfg), "q": parts["q"].state_dict(), "q_target": parts["q_target"].state_dict(),
+        "config": asdict(cfg),
+        "q": parts["q"].state_dict(),
+        "q_target": parts["q_target"].state_dict(),
         "optimizer": parts["optimizer"].state_dict(),
         "replay": parts["replay"].state_dict(include_memory=cfg.checkpoint_memory),
-        "rng": parts["rng"].bit_generator.state, "evaluator": parts["evaluator"].state_dict(),
-        "torch_rng": torch.get_rng_state(), "loop": state, "env": env_blob,
+        "rng": parts["rng"].bit_generator.state,
+        "evaluator": parts["evaluator"].state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "loop": state,
+        "env": env_blob,
         "laber": parts["laber"].state_dict() if parts["laber"] is not None else None,
-    }  # fmt: skip
+    }
 
 
 def resume(
@@ -124,8 +129,17 @@ def resume(
     if not cfg.resume or ck is None:
         obs, info = seed_envs(env, cfg.seed)
         n = cfg.num_envs
-        return LoopState(0, cfg.target_update_period, cfg.eval_every, cfg.log_every, cfg.checkpoint_every,
-                         obs, np.zeros(n, dtype=bool), lives(info, n), np.zeros(n)), env  # fmt: skip
+        return LoopState(
+            0,
+            cfg.target_update_period,
+            cfg.eval_every,
+            cfg.log_every,
+            cfg.checkpoint_every,
+            obs,
+            np.zeros(n, dtype=bool),
+            lives(info, n),
+            np.zeros(n),
+        ), env
     for name in ("q", "q_target", "optimizer"):
         parts[name].load_state_dict(ck[name])
     state: LoopState = ck["loop"]
@@ -149,9 +163,14 @@ def resume(
 
 
 def finish(
-    cfg: DDQNConfig, state: LoopState, env: Any, parts: dict[str, Any], stopped: str, started: float,
+    cfg: DDQNConfig,
+    state: LoopState,
+    env: Any,
+    parts: dict[str, Any],
+    stopped: str,
+    started: float,
     logger: Logger,
-) -> RunResult:  # fmt: skip
+) -> RunResult:
     """Last evaluation, the best policy re-evaluated on fresh episodes (App. B.2.3), the final
     checkpoint and ``result.json``."""
     learning = state.timer.learning_phase(state.step, state.updates)  # before the final evaluation
@@ -168,14 +187,23 @@ def finish(
     best_score = record.best_score if record.best_step is not None else float("nan")
     best_policy = best.score if best is not None else float("nan")
     result = RunResult(
-        config=asdict(cfg), run_dir=str(run_dir(cfg)), eval_steps=list(record.steps),
-        eval_scores=list(record.scores), best_score=best_score, best_step=record.best_step,
-        best_policy_score=best_policy, best_policy_episodes=best.episodes if best is not None else 0,
+        config=asdict(cfg),
+        run_dir=str(run_dir(cfg)),
+        eval_steps=list(record.steps),
+        eval_scores=list(record.scores),
+        best_score=best_score,
+        best_step=record.best_step,
+        best_policy_score=best_policy,
+        best_policy_episodes=best.episodes if best is not None else 0,
         normalized_best=finite_or_none(normalized_or_nan(best_policy, evaluator.scores)),
         normalized_best_selecting=finite_or_none(normalized_or_nan(best_score, evaluator.scores)),
-        steps=state.step, updates=state.updates, wall_s=wall, steps_per_s=state.step / wall,
-        stopped=stopped, timing_s=dict(state.timer.totals),
+        steps=state.step,
+        updates=state.updates,
+        wall_s=wall,
+        steps_per_s=state.step / wall,
+        stopped=stopped,
+        timing_s=dict(state.timer.totals),
         learning_phase=learning,
-    )  # fmt: skip
+    )
     outputs.write_json(run_dir(cfg) / "result.json", asdict(result))
     return result

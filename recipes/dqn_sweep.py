@@ -106,8 +106,13 @@ def run_config(config: SweepConfig, arm: str, seed: int, point: dict[str, Any] |
             values[f.name] = getattr(config, f.name)
     values.update(point or {})
     name = label(arm, point or {}).replace(" ", "_")
-    values.update(arm=arm, seed=seed, progress=False, hidden=tuple(values["hidden"]),
-                  run_name=f"{config.env.replace('/', '_')}/{name}/seed{seed}")  # fmt: skip
+    values.update(
+        arm=arm,
+        seed=seed,
+        progress=False,
+        hidden=tuple(values["hidden"]),
+        run_name=f"{config.env.replace('/', '_')}/{name}/seed{seed}",
+    )
     return DDQNConfig(**values)
 
 
@@ -159,8 +164,9 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
         else:
             results[i] = outcome
             bar.set_postfix_str(f"{run.arm} s{run.seed}: {outcome['steps_per_s']:.0f} steps/s", refresh=False)
-            outputs.write_json(out.with_suffix(".json"), collect([r for r in results if r is not None]),
-                               compact_lists=True)  # fmt: skip
+            outputs.write_json(
+                out.with_suffix(".json"), collect([r for r in results if r is not None]), compact_lists=True
+            )
         bar.update()
 
     if config.jobs == 1:
@@ -186,8 +192,10 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
 
     def figures(_: Path) -> list[Path]:
         weights = out.with_name(out.name + "_weights.png")
-        return [plot(curves, out.with_suffix(".png"), title=config.env),
-                plot(curves, weights, title=config.env, metric="weight_mean")]  # fmt: skip
+        return [
+            plot(curves, out.with_suffix(".png"), title=config.env),
+            plot(curves, weights, title=config.env, metric="weight_mean"),
+        ]
 
     table = markdown(config, finished, curves, wall, out.stem)
     outputs.write_results(out.parent, out.stem, curves, table, figures, compact_lists=True)
@@ -252,9 +260,13 @@ def to_json(curves: dict[str, Any]) -> str:
     return outputs.json_text(curves, compact_lists=True)
 
 
-STYLE = {"uniform": ("black", "uniform (Double DQN)"), "proportional": ("blue", "proportional"),
-         "rank": ("red", "rank-based"), "lap": ("green", "LAP"),
-         "laber": ("orange", "LaBER-mean")}  # fmt: skip
+STYLE = {
+    "uniform": ("black", "uniform (Double DQN)"),
+    "proportional": ("blue", "proportional"),
+    "rank": ("red", "rank-based"),
+    "lap": ("green", "LAP"),
+    "laber": ("orange", "LaBER-mean"),
+}
 """The paper's colours (Figs. 9-10), then the ablation's LAP and LaBER."""
 
 
@@ -362,9 +374,16 @@ def markdown(
         f"{resolved['eval_every']:,} agent steps",
         "",
     ]
-    headers = ["arm", "seeds", "steps reached", "final score, mean (min to max)",
-               "best score, mean (min to max)", "agent steps/s per run", "wall s per run",
-               *(["best normalised score (mean)"] if scores else [])]  # fmt: skip
+    headers = [
+        "arm",
+        "seeds",
+        "steps reached",
+        "final score, mean (min to max)",
+        "best score, mean (min to max)",
+        "agent steps/s per run",
+        "wall s per run",
+        *(["best normalised score (mean)"] if scores else []),
+    ]
     rows = []
     for arm, data in curves.items():
         finals = []
@@ -372,8 +391,15 @@ def markdown(
             column = [row[seed_index] for row in data["returns"] if row[seed_index] is not None]
             finals.append(column[-1] if column else math.nan)
         reached = f"{min(data['steps_reached']):,}–{max(data['steps_reached']):,}"
-        row = [arm, len(data["seeds"]), reached, _fmt(finals), _fmt(data["best"]), _fmt(data["steps_per_s"]),
-               _fmt(data["wall_s"])]  # fmt: skip
+        row = [
+            arm,
+            len(data["seeds"]),
+            reached,
+            _fmt(finals),
+            _fmt(data["best"]),
+            _fmt(data["steps_per_s"]),
+            _fmt(data["wall_s"]),
+        ]
         if scores:
             best = [b for b in data["best"] if math.isfinite(b)]
             random, human = float(scores["random"]), float(scores["human"])
@@ -408,9 +434,13 @@ def markdown(
 
 
 def write_markdown(
-    config: SweepConfig, results: list[dict[str, Any]], curves: dict[str, Any], wall: float, path: Path,
+    config: SweepConfig,
+    results: list[dict[str, Any]],
+    curves: dict[str, Any],
+    wall: float,
+    path: Path,
     machine: str | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """:func:`markdown` written to ``path`` (the old name, for modules that import it)."""
     path.write_text(markdown(config, results, curves, wall, path.stem, machine))
 

@@ -223,9 +223,13 @@ class LeNet5(nn.Module):
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
-        )  # fmt: skip
+            nn.Conv2d(1, 6, 5, padding=2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
         self.classifier = nn.Sequential(
             nn.Flatten(), nn.Linear(16 * 5 * 5, 120), nn.ReLU(), nn.Linear(120, num_classes)
         )
@@ -246,9 +250,12 @@ class ImbalancedClassifier(pl.LightningModule):
     """
 
     def __init__(
-        self, lr: float = 0.1, informed_weight: float = 1.0, rare_classes: tuple[int, ...] = (0, 1, 2, 3, 4),
+        self,
+        lr: float = 0.1,
+        informed_weight: float = 1.0,
+        rare_classes: tuple[int, ...] = (0, 1, 2, 3, 4),
         num_classes: int = 10,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.net = LeNet5(num_classes)
@@ -287,10 +294,14 @@ class ImbalancedClassifier(pl.LightningModule):
         logits = self(x)
         wrong = (logits.argmax(1) != y).double()
         rare = self.rare.to(y.device)[y].double()
-        stats = torch.stack([
-            functional.cross_entropy(logits, y, reduction="sum").double(), wrong.sum(), (wrong * rare).sum(),
-            torch.tensor(float(y.shape[0]), dtype=torch.float64, device=y.device),
-        ])  # fmt: skip
+        stats = torch.stack(
+            [
+                functional.cross_entropy(logits, y, reduction="sum").double(),
+                wrong.sum(),
+                (wrong * rare).sum(),
+                torch.tensor(float(y.shape[0]), dtype=torch.float64, device=y.device),
+            ]
+        )
         self._sums[dataloader_idx] = self._sums.get(dataloader_idx, torch.zeros_like(stats)) + stats
 
     def on_validation_epoch_end(self) -> None:
@@ -413,8 +424,14 @@ def run_arm(arm: str, seed: int, args: Sequence[str]) -> dict[str, Any]:
         )
     model, data = run.model, run.datamodule
     assert isinstance(model, ImbalancedClassifier) and isinstance(data, ImbalancedMNISTDataModule)
-    return {"arm": arm, "seed": seed, "history": model.history, "dataset": data.dataset_name,
-            "lr": float(model.hparams.lr), "train_counts": data.class_counts.tolist()}  # fmt: skip
+    return {
+        "arm": arm,
+        "seed": seed,
+        "history": model.history,
+        "dataset": data.dataset_name,
+        "lr": float(model.hparams.lr),
+        "train_counts": data.class_counts.tolist(),
+    }
 
 
 def compare(config: CompareConfig) -> dict[str, Any]:
@@ -423,12 +440,27 @@ def compare(config: CompareConfig) -> dict[str, Any]:
 
     locate_dataset(config.root, config.dataset, download=True)  # download once, not per worker
     args = [
-        "--trainer.max_steps", str(config.max_steps), "--trainer.val_check_interval", str(config.eval_every),
-        "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
-        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-        "--data.root", config.root, "--data.dataset", config.dataset, "--data.download", "false",
-        *(["--model.lr", str(config.lr)] if config.lr is not None else []), *config.overrides,
-    ]  # fmt: skip
+        "--trainer.max_steps",
+        str(config.max_steps),
+        "--trainer.val_check_interval",
+        str(config.eval_every),
+        "--trainer.logger",
+        "false",
+        "--trainer.enable_checkpointing",
+        "false",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+        "--data.root",
+        config.root,
+        "--data.dataset",
+        config.dataset,
+        "--data.download",
+        "false",
+        *(["--model.lr", str(config.lr)] if config.lr is not None else []),
+        *config.overrides,
+    ]
     tasks = [(arm, seed) for arm in config.arms for seed in range(config.seeds)]
     runs: list[dict[str, Any]] = []
     bar = tqdm(total=len(tasks), desc="imbalanced_mnist", unit="run")
@@ -446,9 +478,15 @@ def compare(config: CompareConfig) -> dict[str, Any]:
             key.replace("/", "_"): [[r["history"][i][key] for r in mine] for i in range(len(updates))]
             for key in ("test/errors", "test/loss", "test/rare_errors", "val/errors", "val/loss")
         }
-    return {"dataset": datasets.pop(), "train_counts": runs[0]["train_counts"], "seeds": config.seeds,
-            "config": asdict(config), "torch": torch.__version__, "torch_threads": 1,
-            "arms": arms}  # fmt: skip
+    return {
+        "dataset": datasets.pop(),
+        "train_counts": runs[0]["train_counts"],
+        "seeds": config.seeds,
+        "config": asdict(config),
+        "torch": torch.__version__,
+        "torch_threads": 1,
+        "arms": arms,
+    }
 
 
 def compare_main(config: CompareConfig) -> dict[str, Any]:

@@ -18,8 +18,11 @@ def _median(values: list[list[float]]) -> list[float]:
 def plot(results: dict[str, Any], out_dir: Path, name: str) -> list[Path]:
     """Fig. 5: test misclassifications (left) and test loss (right) against updates, median of seeds."""
     colours = {"uniform": "black", "informed": "tab:green", "prioritized": "tab:blue"}
-    labels = {"uniform": "uniform (uninformed)", "informed": "uniform, informed (×100)",
-              "prioritized": "prioritized α=1, β=0 (uninformed)"}  # fmt: skip
+    labels = {
+        "uniform": "uniform (uninformed)",
+        "informed": "uniform, informed (×100)",
+        "prioritized": "prioritized α=1, β=0 (uninformed)",
+    }
     paths = []
     for key, ylabel in (("test_errors", "misclassified test examples"), ("test_loss", "test loss")):
         path = out_dir / f"{name}_{key}.png"
@@ -82,6 +85,9 @@ def markdown(results: dict[str, Any], runtime: float, pngs: list[Path], command:
 def write(results: dict[str, Any], out_dir: Path, name: str, runtime: float, command: str) -> list[Path]:
     """``<name>.json``, the two PNGs and ``<name>.md`` in ``out_dir``."""
     return outputs.write_results(
-        out_dir, name, results, lambda pngs: markdown(results, runtime, pngs, command),
+        out_dir,
+        name,
+        results,
+        lambda pngs: markdown(results, runtime, pngs, command),
         lambda out: plot(results, out, name),
-    )  # fmt: skip
+    )

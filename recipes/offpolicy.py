@@ -59,14 +59,24 @@ from recipes.offpolicy_model import (
 from recipes.offpolicy_report import Results
 
 Arm = Literal[
-    "on_policy", "uncorrected", "ordinary_is", "weighted_is", "rejection",
-    "hybrid_proportional", "hybrid_rank",
-]  # fmt: skip
+    "on_policy",
+    "uncorrected",
+    "ordinary_is",
+    "weighted_is",
+    "rejection",
+    "hybrid_proportional",
+    "hybrid_rank",
+]
 REPRESENTATIONS: tuple[Representation, ...] = ("tabular", "linear")
 ARMS: tuple[Arm, ...] = (
-    "on_policy", "uncorrected", "ordinary_is", "weighted_is", "rejection",
-    "hybrid_proportional", "hybrid_rank",
-)  # fmt: skip
+    "on_policy",
+    "uncorrected",
+    "ordinary_is",
+    "weighted_is",
+    "rejection",
+    "hybrid_proportional",
+    "hybrid_rank",
+)
 
 
 @dataclass(frozen=True)
@@ -201,9 +211,15 @@ def env_stepper(env: Any, seed: int) -> Step:
 
 
 def collect(
-    step: Step, behaviour: FloatArray, target: FloatArray, starts: IntArray, size: int, gamma: float,
-    episode_steps: int, rng: np.random.Generator,
-) -> Memory:  # fmt: skip
+    step: Step,
+    behaviour: FloatArray,
+    target: FloatArray,
+    starts: IntArray,
+    size: int,
+    gamma: float,
+    episode_steps: int,
+    rng: np.random.Generator,
+) -> Memory:
     """Fill a memory of ``size`` transitions with episodes of ``behaviour`` from uniform random
     ``starts`` (exploring starts), cut after ``episode_steps``; ``ρ = π(a|s) / μ(a|s)``."""
     out = np.zeros((6, size))
@@ -244,9 +260,13 @@ def make_sampler(arm: Arm, memory: Memory, config: OffPolicyConfig, seed: int) -
     if arm == "hybrid_proportional":  # PER: p = ρ|δ| + ε, w = ρ (N·P)^-β, β annealed to 1
         beta = LinearSchedule(config.beta0_proportional, 1.0, anneal)
         corrected = CorrectedSampler(
-            n, alpha=config.alpha_proportional, beta=beta, eps=config.hybrid_eps,
-            weight_norm=config.weight_norm, seed=seed,
-        )  # fmt: skip
+            n,
+            alpha=config.alpha_proportional,
+            beta=beta,
+            eps=config.hybrid_eps,
+            weight_norm=config.weight_norm,
+            seed=seed,
+        )
     elif arm == "hybrid_rank":  # PER: rank by ρ|δ|, w = ρ (N·P)^-β, β annealed to 1
         beta = LinearSchedule(config.beta0_rank, 1.0, anneal)
         corrected = CorrectedSampler(
@@ -297,9 +317,15 @@ class Run:
 
 
 def replay(
-    arm: Arm, memory: Memory, sampler: PrioritizedSampler, groups: IntArray, v_true: FloatArray,
-    evaluate: IntArray, config: OffPolicyConfig, theta_limit: FloatArray | None = None,
-) -> Run:  # fmt: skip
+    arm: Arm,
+    memory: Memory,
+    sampler: PrioritizedSampler,
+    groups: IntArray,
+    v_true: FloatArray,
+    evaluate: IntArray,
+    config: OffPolicyConfig,
+    theta_limit: FloatArray | None = None,
+) -> Run:
     """TD(0) on minibatches drawn by ``sampler``; RMSE to ``v_true`` (and to the values of
     ``theta_limit``, the arm's fixed point) over ``evaluate`` states."""
     theta = np.zeros(int(groups.max()) + 1)
@@ -375,9 +401,15 @@ def memories(problem_: Problem, step: Step, config: OffPolicyConfig, seed: int) 
     for name, policy in (("behaviour", problem_.behaviour), ("target", problem_.target)):
         rng = np.random.default_rng([seed, 0 if name == "behaviour" else 1])
         out[name] = collect(
-            step, policy, problem_.target, problem_.evaluate, config.memory_size, config.gamma,
-            config.episode_steps, rng,
-        )  # fmt: skip
+            step,
+            policy,
+            problem_.target,
+            problem_.evaluate,
+            config.memory_size,
+            config.gamma,
+            config.episode_steps,
+            rng,
+        )
     return out
 
 
@@ -385,9 +417,13 @@ ArmResult = dict[str, Any]
 
 
 def run_seed(
-    env_name: str, config: OffPolicyConfig, seed: int, model: Model | None = None, step: Step | None = None,
+    env_name: str,
+    config: OffPolicyConfig,
+    seed: int,
+    model: Model | None = None,
+    step: Step | None = None,
     on_run: Callable[[str, str, Run], None] | None = None,
-) -> dict[str, dict[str, ArmResult]]:  # fmt: skip
+) -> dict[str, dict[str, ArmResult]]:
     """Every (representation, arm) of one seed on one environment: ``{rep: {arm: result}}``.
 
     ``on_run(representation, arm, run)`` is called after each run (the progress bar)."""

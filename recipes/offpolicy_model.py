@@ -44,9 +44,11 @@ class Model:
 
     @classmethod
     def from_transitions(
-        cls, P: dict[int, dict[int, list[tuple[float, int, float, bool]]]], initial: npt.ArrayLike,
+        cls,
+        P: dict[int, dict[int, list[tuple[float, int, float, bool]]]],
+        initial: npt.ArrayLike,
         grid: tuple[int, int],
-    ) -> Model:  # fmt: skip
+    ) -> Model:
         n_states, n_actions = len(P), len(P[0])
         T = np.zeros((n_states, n_actions, n_states))
         R = np.zeros((n_states, n_actions))

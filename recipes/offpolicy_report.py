@@ -64,8 +64,15 @@ def _draw_env(fig: Any, axes: Any, env: str, by_rep: dict[str, Any], config: Any
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
 
 
-TABLE_HEADERS = ("arm", "final RMSE", "fixed-point RMSE", "updates to tolerance",
-                 "updates to own fixed point", "final β", "mean w")  # fmt: skip
+TABLE_HEADERS = (
+    "arm",
+    "final RMSE",
+    "fixed-point RMSE",
+    "updates to tolerance",
+    "updates to own fixed point",
+    "final β",
+    "mean w",
+)
 
 
 def _stats(values: Sequence[float | None]) -> tuple[float, float, float]:
@@ -120,12 +127,17 @@ def markdown(
         for rep, by_arm in by_rep.items():
             lines += [f"## {env}, {rep}", ""]
             rows = [
-                [arm, _cell(values["final_rmse"]), _cell(values["fixed_point_rmse"]),
-                 _cell(values["updates_to_tolerance"], integer=True),
-                 _cell(values["updates_to_fixed_point"], integer=True),
-                 f"{np.median(values['beta_final']):.2g}", f"{np.median(values['weight_mean']):.3g}"]
+                [
+                    arm,
+                    _cell(values["final_rmse"]),
+                    _cell(values["fixed_point_rmse"]),
+                    _cell(values["updates_to_tolerance"], integer=True),
+                    _cell(values["updates_to_fixed_point"], integer=True),
+                    f"{np.median(values['beta_final']):.2g}",
+                    f"{np.median(values['weight_mean']):.3g}",
+                ]
                 for arm, values in by_arm.items()
-            ]  # fmt: skip
+            ]
             lines += [outputs.markdown_table(TABLE_HEADERS, rows), ""]
     lines += ["## Plots", ""]
     lines += [f"![{p.stem}]({p.name})" for p in pngs]

@@ -63,8 +63,16 @@ class AblationConfig:
 
     def __post_init__(self) -> None:
         cli.subset_of(self, "arms", ARMS)
-        cli.at_least(self, 1, "cartpole_steps", "cartpole_seeds", "minatar_steps", "minatar_seeds", "jobs",
-                     "minatar_eval_steps")  # fmt: skip
+        cli.at_least(
+            self,
+            1,
+            "cartpole_steps",
+            "cartpole_seeds",
+            "minatar_steps",
+            "minatar_seeds",
+            "jobs",
+            "minatar_eval_steps",
+        )
         names = {f.name for f in fields(DDQNConfig)} - {"env", "arm", "seed", "total_steps", "log_dir"}
         for key in self.overrides or {}:
             cli.require(key in names, "overrides", "name fields of a run (not env, arm, seed)", key)
@@ -76,11 +84,17 @@ def sweep_configs(config: AblationConfig) -> list[SweepConfig]:
     for env in config.envs:
         minatar = env.startswith("MinAtar/")
         values: dict[str, Any] = dict(
-            env=env, arms=config.arms, jobs=config.jobs, device=config.device, log_dir=config.log_dir,
+            env=env,
+            arms=config.arms,
+            jobs=config.jobs,
+            device=config.device,
+            log_dir=config.log_dir,
             total_steps=config.minatar_steps if minatar else config.cartpole_steps,
             seeds=config.minatar_seeds if minatar else config.cartpole_seeds,
-            out=str(Path(config.out) / env.replace("/", "_")), tensorboard=False, progress=False,
-        )  # fmt: skip
+            out=str(Path(config.out) / env.replace("/", "_")),
+            tensorboard=False,
+            progress=False,
+        )
         if minatar:
             values.update(eval_every=10_000, eval_steps=config.minatar_eval_steps)
         # the family's replay start: a sweep's own check (total_steps > learning_starts) would

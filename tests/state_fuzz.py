@@ -22,10 +22,36 @@ Path = tuple[Any, ...]
 
 # Values a careless or hostile checkpoint could hold where a number, array or string belongs.
 BAD_LEAVES: list[Any] = [
-    None, "bogus", b"bytes", [], {}, (), True, False, 0, -1, -50, 1, 2, 5, 999, 10**30, 1.5, -0.5,
-    float("nan"), float("inf"), -float("inf"), 1e308, 1e-320, np.float64("nan"), np.int64(-3),
-    np.array([]), np.array([1.0, 2.0]), np.zeros((2, 2)), object(),
-]  # fmt: skip
+    None,
+    "bogus",
+    b"bytes",
+    [],
+    {},
+    (),
+    True,
+    False,
+    0,
+    -1,
+    -50,
+    1,
+    2,
+    5,
+    999,
+    10**30,
+    1.5,
+    -0.5,
+    float("nan"),
+    float("inf"),
+    -float("inf"),
+    1e308,
+    1e-320,
+    np.float64("nan"),
+    np.int64(-3),
+    np.array([]),
+    np.array([1.0, 2.0]),
+    np.zeros((2, 2)),
+    object(),
+]
 
 # Whole "states" that are not states.
 NOT_STATES: list[Any] = [None, [], (), "state", 5, 1.5, {}, {"version": 1}, {"dense": [99]}, object()]

@@ -18,9 +18,18 @@ from recipes.cli import ConfigError
 @pytest.mark.parametrize("depth", [0, 2])
 def test_actor_learner_smoke(tmp_path: Path, depth: int) -> None:
     config = ActorLearnerConfig(
-        actors=2, envs_per_actor=2, updates=30, learning_starts=64, capacity=500, batch_size=16,
-        target_every=10, sync_every=5, prefetch_depth=depth, out_dir=str(tmp_path), progress=False,
-    )  # fmt: skip
+        actors=2,
+        envs_per_actor=2,
+        updates=30,
+        learning_starts=64,
+        capacity=500,
+        batch_size=16,
+        target_every=10,
+        sync_every=5,
+        prefetch_depth=depth,
+        out_dir=str(tmp_path),
+        progress=False,
+    )
     results = main(config)
     saved = json.loads((tmp_path / "actor_learner.json").read_text())
     assert saved["learner_updates"] == 30 and saved["actor_steps"] >= 64

@@ -46,9 +46,14 @@ def replay(**options: object) -> PrioritizedReplay:
 def add(memory: PrioritizedReplay, n: int, priorities: object = None) -> np.ndarray:
     obs = np.arange(2 * n, dtype=np.float32).reshape(n, 2)
     return memory.add_many(
-        obs, np.zeros(n, np.int64), np.zeros(n), np.ones(n), obs, streams=np.zeros(n, np.int64),
+        obs,
+        np.zeros(n, np.int64),
+        np.zeros(n),
+        np.ones(n),
+        obs,
+        streams=np.zeros(n, np.int64),
         priorities=priorities,
-    )  # fmt: skip
+    )
 
 
 def test_initial_priorities_enter_instead_of_the_max() -> None:
@@ -73,9 +78,13 @@ def test_initial_priorities_under_priority_eviction_keep_the_order() -> None:
 
 @pytest.mark.parametrize(
     ("priorities", "error", "match"),
-    [([1.0], ValueError, "one value per index"), ([1.0, -2.0], ValueError, "priorities\\[1\\]=-2.0"),
-     ([1.0, np.inf], ValueError, "finite"), (["a", "b"], TypeError, "real numbers")],
-)  # fmt: skip
+    [
+        ([1.0], ValueError, "one value per index"),
+        ([1.0, -2.0], ValueError, "priorities\\[1\\]=-2.0"),
+        ([1.0, np.inf], ValueError, "finite"),
+        (["a", "b"], TypeError, "real numbers"),
+    ],
+)
 def test_bad_initial_priorities_change_nothing(priorities: object, error: type, match: str) -> None:
     memory = replay()
     add(memory, 1, [2.0])

@@ -101,17 +101,37 @@ def test_command_line_errors_are_one_line(argv: list[str], message: str, capsys:
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
-SMALL = {"learning_starts": 200, "batch_size": 16, "memory_size": 4000, "eval_steps": 200, "eval_episodes": 2,
-         "eval_envs": 2, "log_every": 200}  # fmt: skip
+SMALL = {
+    "learning_starts": 200,
+    "batch_size": 16,
+    "memory_size": 4000,
+    "eval_steps": 200,
+    "eval_episodes": 2,
+    "eval_envs": 2,
+    "log_every": 200,
+}
 ACTOR_CPUS = 0.5  # the session's Ray has 2 CPUs, and another module's test may still hold one
 
 
 def test_cartpole_end_to_end(ray_local: Any, tmp_path: Path) -> None:
     config = ApexConfig(
-        env="CartPole-v1", actors=2, envs_per_actor=2, total_steps=800, actor_sync_every=100, actor_batch=16,
-        publish_every=5, eval_every=400, max_replay_ratio=0.5, min_replay_ratio=0.5, actor_cpus=ACTOR_CPUS,
-        device="cpu", seed=3, out=str(tmp_path), progress=False, learner=SMALL,
-    )  # fmt: skip
+        env="CartPole-v1",
+        actors=2,
+        envs_per_actor=2,
+        total_steps=800,
+        actor_sync_every=100,
+        actor_batch=16,
+        publish_every=5,
+        eval_every=400,
+        max_replay_ratio=0.5,
+        min_replay_ratio=0.5,
+        actor_cpus=ACTOR_CPUS,
+        device="cpu",
+        seed=3,
+        out=str(tmp_path),
+        progress=False,
+        learner=SMALL,
+    )
     result = train(config)
     saved = json.loads((tmp_path / "apex_dqn.json").read_text())
     assert saved["steps"] == result["steps"] == 800 and saved["config"]["actors"] == 2
@@ -136,10 +156,19 @@ def test_cartpole_end_to_end(ray_local: Any, tmp_path: Path) -> None:
 def test_minatar_breakout_tiny(ray_local: Any, tmp_path: Path) -> None:
     pytest.importorskip("minatar")
     config = ApexConfig(
-        env="MinAtar/Breakout-v1", actors=1, envs_per_actor=2, total_steps=300, actor_sync_every=50,
-        actor_batch=20, eval_every=0, actor_cpus=ACTOR_CPUS, device="cpu", out=str(tmp_path), progress=False,
+        env="MinAtar/Breakout-v1",
+        actors=1,
+        envs_per_actor=2,
+        total_steps=300,
+        actor_sync_every=50,
+        actor_batch=20,
+        eval_every=0,
+        actor_cpus=ACTOR_CPUS,
+        device="cpu",
+        out=str(tmp_path),
+        progress=False,
         learner={**SMALL, "learning_starts": 100},
-    )  # fmt: skip
+    )
     saved = train(config)
     assert saved["steps"] == 300 and saved["updates"] > 0
     assert saved["transitions_added"] == saved["actors"][0]["stored"] > 0

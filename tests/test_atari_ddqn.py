@@ -80,8 +80,13 @@ def test_dqn_target_is_the_target_networks_max() -> None:
     online = Table([[0.5, 1.5], [3.0, 1.0], [0.0, 4.0]])
     target = Table([[9.0, 9.0], [2.0, 10.0], [-1.0, 7.0]])
     f64 = torch.float64
-    args = (torch.tensor([0, 0, 2]), torch.tensor([1, 0, 0]), torch.tensor([1.0, -1.0, 0.5], dtype=f64),
-            torch.tensor([0.9, 0.0, 0.9], dtype=f64), torch.tensor([1, 1, 2]))  # fmt: skip
+    args = (
+        torch.tensor([0, 0, 2]),
+        torch.tensor([1, 0, 0]),
+        torch.tensor([1.0, -1.0, 0.5], dtype=f64),
+        torch.tensor([0.9, 0.0, 0.9], dtype=f64),
+        torch.tensor([1, 1, 2]),
+    )
     delta = dqn_td_error(online, target, *args)
     expected = [1.0 + 0.9 * 10.0 - 1.5, -1.0 - 0.5, 0.5 + 0.9 * 7.0]
     torch.testing.assert_close(delta, torch.tensor(expected, dtype=torch.float64))
@@ -201,8 +206,9 @@ def test_evaluation_without_a_finished_episode_scores_nan() -> None:
     env, spec = make_env("CartPole-v1", 2)
     q = QNetwork("mlp", spec, (8,), shared_bias=False)
     rng = np.random.default_rng(0)
-    short = evaluate(q, env, epsilon=0.0, max_steps=4, max_episodes=10, rng=rng, device=torch.device("cpu"),
-                     seed=0)  # fmt: skip
+    short = evaluate(
+        q, env, epsilon=0.0, max_steps=4, max_episodes=10, rng=rng, device=torch.device("cpu"), seed=0
+    )
     assert short.episodes == 0 and math.isnan(short.score)
     env.close()
 
@@ -234,10 +240,22 @@ def test_networks_shapes_and_shared_bias() -> None:
 
 def _cartpole(tmp_path: Path, **overrides: object) -> DDQNConfig:
     settings: dict[str, object] = dict(
-        env="CartPole-v1", arm="proportional", total_steps=600, learning_starts=100, eps_decay_steps=300,
-        target_update_period=100, eval_every=300, eval_steps=300, eval_episodes=2, eval_envs=2,
-        log_every=100, log_dir=str(tmp_path), progress=False, tensorboard=False, checkpoint_memory=True,
-    )  # fmt: skip
+        env="CartPole-v1",
+        arm="proportional",
+        total_steps=600,
+        learning_starts=100,
+        eps_decay_steps=300,
+        target_update_period=100,
+        eval_every=300,
+        eval_steps=300,
+        eval_episodes=2,
+        eval_envs=2,
+        log_every=100,
+        log_dir=str(tmp_path),
+        progress=False,
+        tensorboard=False,
+        checkpoint_memory=True,
+    )
     settings.update(overrides)
     arm = str(settings.pop("arm"))
     return load_config(str(settings.pop("env")), arm, **settings)
@@ -281,8 +299,16 @@ def test_cartpole_smoke_writes_logs_and_reevaluates_the_best_policy(tmp_path: Pa
     best = QNetwork("mlp", spec, (256, 256), shared_bias=False)
     best.load_state_dict(torch.load(run / "best_q.pt"))
     rng = np.random.default_rng([0, 3])
-    again = evaluate(best, env, epsilon=0.01, max_steps=300, max_episodes=2, rng=rng,
-                     device=torch.device("cpu"), seed=20_000)  # fmt: skip
+    again = evaluate(
+        best,
+        env,
+        epsilon=0.01,
+        max_steps=300,
+        max_episodes=2,
+        rng=rng,
+        device=torch.device("cpu"),
+        seed=20_000,
+    )
     assert result.best_policy_score == again.score and result.best_policy_episodes == again.episodes > 0
     assert (run / "eval.csv").read_text().splitlines()[-1].startswith("best,")
     header, *rows = (run / "metrics.csv").read_text().splitlines()
@@ -296,10 +322,21 @@ def test_cartpole_smoke_writes_logs_and_reevaluates_the_best_policy(tmp_path: Pa
 def test_atari_pong_smoke(tmp_path: Path) -> None:
     """A few hundred steps of the full Atari agent: Nature CNN, frame stacks, life loss, evaluation."""
     config = load_config(
-        "ALE/Pong-v5", "dqn_rank", total_steps=400, num_envs=2, memory_size=1_000,
-        learning_starts=320, eval_every=400, eval_steps=64, eval_envs=2, log_every=200,
-        log_dir=str(tmp_path), progress=False, tensorboard=False, run_name="pong",
-    )  # fmt: skip
+        "ALE/Pong-v5",
+        "dqn_rank",
+        total_steps=400,
+        num_envs=2,
+        memory_size=1_000,
+        learning_starts=320,
+        eval_every=400,
+        eval_steps=64,
+        eval_envs=2,
+        log_every=200,
+        log_dir=str(tmp_path),
+        progress=False,
+        tensorboard=False,
+        run_name="pong",
+    )
     result = train(config)
     assert result.steps == 400 and result.updates == 20
     # 64 steps finish no Pong episode: no score, no normalised score (it used to report 0.478 here)
@@ -312,10 +349,19 @@ def test_atari_pong_smoke(tmp_path: Path) -> None:
 def test_minatar_smoke(tmp_path: Path) -> None:
     """MinAtar's boolean 10×10×C grids stored as uint8 and read by the MinAtar CNN."""
     config = load_config(
-        "MinAtar/Breakout-v1", "rank", total_steps=260, learning_starts=200, eval_every=260,
-        eval_steps=50, eval_envs=2, log_every=100, log_dir=str(tmp_path), progress=False,
-        tensorboard=False, run_name="minatar",
-    )  # fmt: skip
+        "MinAtar/Breakout-v1",
+        "rank",
+        total_steps=260,
+        learning_starts=200,
+        eval_every=260,
+        eval_steps=50,
+        eval_envs=2,
+        log_every=100,
+        log_dir=str(tmp_path),
+        progress=False,
+        tensorboard=False,
+        run_name="minatar",
+    )
     result = train(config)
     assert result.steps == 260 and result.updates == 61 and result.eval_steps == [260]
     assert config.network == "minatar_cnn"
@@ -326,10 +372,21 @@ def test_time_budget_stops_cleanly_and_sweep_writes_json_and_png(tmp_path: Path)
 
     out = tmp_path / "cartpole"
     config = SweepConfig(
-        env="CartPole-v1", arms="uniform,rank", seeds=2, jobs=1, total_steps=400, learning_starts=100,
-        eval_every=200, eval_steps=100, eval_episodes=1, eval_envs=1, log_every=100,
-        log_dir=str(tmp_path / "runs"), tensorboard=False, out=str(out),
-    )  # fmt: skip
+        env="CartPole-v1",
+        arms="uniform,rank",
+        seeds=2,
+        jobs=1,
+        total_steps=400,
+        learning_starts=100,
+        eval_every=200,
+        eval_steps=100,
+        eval_episodes=1,
+        eval_envs=1,
+        log_every=100,
+        log_dir=str(tmp_path / "runs"),
+        tensorboard=False,
+        out=str(out),
+    )
     curves = sweep(config)
     data = json.loads(out.with_suffix(".json").read_text())
     assert data == json.loads(json.dumps(curves))

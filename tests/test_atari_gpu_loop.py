@@ -27,10 +27,19 @@ from recipes.dqn_together import agent_configs, check_together, train_together
 
 def _cartpole(tmp_path: Path, **overrides: Any) -> Any:
     settings: dict[str, Any] = dict(
-        total_steps=300, learning_starts=100, eps_decay_steps=100, target_update_period=100, eval_every=10**6,
-        eval_steps=50, eval_episodes=1, eval_envs=1, log_every=10**6, log_dir=str(tmp_path), progress=False,
+        total_steps=300,
+        learning_starts=100,
+        eps_decay_steps=100,
+        target_update_period=100,
+        eval_every=10**6,
+        eval_steps=50,
+        eval_episodes=1,
+        eval_envs=1,
+        log_every=10**6,
+        log_dir=str(tmp_path),
+        progress=False,
         tensorboard=False,
-    )  # fmt: skip
+    )
     settings.update(overrides)
     return load_config("CartPole-v1", "proportional", **settings)
 
@@ -111,9 +120,20 @@ def test_check_together_names_the_differing_field() -> None:
 
 
 def test_train_together_runs_every_agent(tmp_path: Path) -> None:
-    cfgs = agent_configs("CartPole-v1", ["uniform", "proportional", "rank"], 2, None, total_steps=240,
-                         learning_starts=80, eval_steps=200, eval_envs=2, num_envs=2, replay_period=2,
-                         optimizer="dqn_rmsprop", progress=False)  # fmt: skip
+    cfgs = agent_configs(
+        "CartPole-v1",
+        ["uniform", "proportional", "rank"],
+        2,
+        None,
+        total_steps=240,
+        learning_starts=80,
+        eval_steps=200,
+        eval_envs=2,
+        num_envs=2,
+        replay_period=2,
+        optimizer="dqn_rmsprop",
+        progress=False,
+    )
     result = train_together(cfgs, progress=False)
     assert [(a["arm"], a["seed"]) for a in result["agents"]] == [(c.arm, c.seed) for c in cfgs]
     assert result["steps_per_agent"] == 240 and result["updates_per_agent"] == (240 - 80) // 2
@@ -126,19 +146,43 @@ def test_train_together_runs_every_agent(tmp_path: Path) -> None:
 
 def test_sweep_writes_the_issue_schema_and_aggregates(tmp_path: Path) -> None:
     out = tmp_path / "sweep.json"
-    atari_sweep.main([
-        "--games", "ALE/Pong-v5,ALE/Boxing-v5", "--arms", "uniform,rank", "--seeds", "1", "--device", "cpu",
-        "--set", "total_steps=120", "--set", "learning_starts=40", "--set", "memory_size=500",
-        "--set", "eval_steps=20", "--set", "eval_envs=1", "--set", "num_envs=1", "--out", str(out),
-    ])  # fmt: skip
+    atari_sweep.main(
+        [
+            "--games",
+            "ALE/Pong-v5,ALE/Boxing-v5",
+            "--arms",
+            "uniform,rank",
+            "--seeds",
+            "1",
+            "--device",
+            "cpu",
+            "--set",
+            "total_steps=120",
+            "--set",
+            "learning_starts=40",
+            "--set",
+            "memory_size=500",
+            "--set",
+            "eval_steps=20",
+            "--set",
+            "eval_envs=1",
+            "--set",
+            "num_envs=1",
+            "--out",
+            str(out),
+        ]
+    )
     result = json.loads(out.read_text())
     assert result["device"] == "CPU" and result["protocol"]["name"] == "atari100k"
     assert set(result["games"]) == {"pong", "boxing"}
     for arms in result["games"].values():
         assert set(arms) == {"uniform", "rank"} and all(len(a["scores"]) == 1 for a in arms.values())
     # 20 evaluation steps finish no episode: no score (NaN), so no arm enters the aggregates yet
-    assert all(math.isnan(a["scores"][0]) and a["eval_episodes"] == [0] for g in result["games"].values()
-               for a in g.values())  # fmt: skip
+    assert all(
+        math.isnan(a["scores"][0]) and a["eval_episodes"] == [0]
+        for g in result["games"].values()
+        for a in g.values()
+    )
     assert result["aggregates"]["arms"] == {} and "drq_eps" in result["aggregates"]["published"]
     assert out.with_suffix(".png").stat().st_size > 1000
     assert np.all([p["steps_per_agent"] == 120 for p in result["processes"].values()])

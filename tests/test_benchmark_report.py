@@ -208,18 +208,30 @@ def test_replay_step_tables_pass_the_numbers_check(tmp_path: Path) -> None:
     peer = {**lib, "us_per_step": 2400.7, "us_per_pass": [2350.1, 2400.7, 2501.3], "stacks_exact": False}
     peer["ratio_to_prisample"] = {"median": 2.95, "per_pass": [2.9, 2.95, 3.01]}
     results = {
-        "machine": {"cpu": "x", "date": "2026-01-01T00:00:00", "versions": dict.fromkeys(
-            ("numpy", "torch", "cpprb", "torchrl"), "1.0")},
+        "machine": {
+            "cpu": "x",
+            "date": "2026-01-01T00:00:00",
+            "versions": dict.fromkeys(("numpy", "torch", "cpprb", "torchrl"), "1.0"),
+        },
         "elapsed_s": 1200.0,
-        "sizes": [{
-            "n": 1 << 18,
-            "libraries": {"prisample": lib, "cpprb": peer},
-            "variants": {"n_step=3": {"us_per_step": 850.3, "ratio_to_prisample": {
-                "median": 1.04, "per_pass": [1.01, 1.04, 1.07]}}, "extras": {"skipped": "not available"}},
-        }],
-        "memory": {"prisample": {"nbytes_per_transition": 7210.5},
-                   "cpprb": {"rss_anon_bytes_per_transition": 7300.0, "disk_bytes_per_transition": 12.0}},
-    }  # fmt: skip
+        "sizes": [
+            {
+                "n": 1 << 18,
+                "libraries": {"prisample": lib, "cpprb": peer},
+                "variants": {
+                    "n_step=3": {
+                        "us_per_step": 850.3,
+                        "ratio_to_prisample": {"median": 1.04, "per_pass": [1.01, 1.04, 1.07]},
+                    },
+                    "extras": {"skipped": "not available"},
+                },
+            }
+        ],
+        "memory": {
+            "prisample": {"nbytes_per_transition": 7210.5},
+            "cpprb": {"rss_anon_bytes_per_transition": 7300.0, "disk_bytes_per_transition": 12.0},
+        },
+    }
     names = ["replay_step.libraries", "replay_step.variants", "replay_step.targets"]
     assert _numbers_check(names, results, tmp_path) == []
     targets = report.TABLES["replay_step.targets"].markdown(results)

@@ -38,6 +38,19 @@ def test_quick_run_writes_the_json(tmp_path: Path) -> None:
 
 def test_quick_run_without_out_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torchrl_sampler, "DEFAULT_OUT", tmp_path / "default.json")
-    torchrl_sampler.main(["--quick", "--sizes", "256", "--batches", "32", "--rounds", "1", "--block", "2",
-                          "--samplers", "prisample"])  # fmt: skip
+    torchrl_sampler.main(
+        [
+            "--quick",
+            "--sizes",
+            "256",
+            "--batches",
+            "32",
+            "--rounds",
+            "1",
+            "--block",
+            "2",
+            "--samplers",
+            "prisample",
+        ]
+    )
     assert not (tmp_path / "default.json").exists()

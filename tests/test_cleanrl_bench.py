@@ -48,10 +48,12 @@ def test_final_info_patch_reads_gymnasium_1x_layout() -> None:
     """The patched block on an infos dict as gymnasium 1.x's SAME_STEP vector env gives it."""
     np = pytest.importorskip("numpy")
     infos = {
-        "final_info": {"episode": {"r": np.array([0.0, -21.0]), "l": np.array([0, 812])},
-                       "_episode": np.array([False, True])},
+        "final_info": {
+            "episode": {"r": np.array([0.0, -21.0]), "l": np.array([0, 812])},
+            "_episode": np.array([False, True]),
+        },
         "_final_info": np.array([False, True]),
-    }  # fmt: skip
+    }
     logged: list[tuple[str, float, int]] = []
 
     class Writer:

@@ -260,9 +260,14 @@ def test_tiny_end_to_end_run_converges_for_every_agent(tmp_path: Path) -> None:
 
 def test_a_capped_run_is_null_in_the_json(tmp_path: Path) -> None:
     config = CliffwalkConfig(
-        min_n=4, max_n=4, seeds=1, representations=("tabular",), agents=("uniform", "greedy"),
-        max_updates=5, out_dir=str(tmp_path),
-    )  # fmt: skip
+        min_n=4,
+        max_n=4,
+        seeds=1,
+        representations=("tabular",),
+        agents=("uniform", "greedy"),
+        max_updates=5,
+        out_dir=str(tmp_path),
+    )
     main(config)
     assert json.loads((tmp_path / "cliffwalk.json").read_text()) == {
         "tabular": {"uniform": {"4": [None]}, "greedy": {"4": [None]}}

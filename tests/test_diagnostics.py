@@ -192,9 +192,11 @@ def test_bundle_records_plots_and_saves(tmp_path: Path) -> None:
     paths = diag.plot(tmp_path / "run" / "diagnostics", title="test")
     names = sorted(p.name for p in paths)
     assert names == [
-        "diagnostics_probability_vs_error.png", "diagnostics_replay_counts.png",
-        "diagnostics_td_sorted.png", "diagnostics_weights.png",
-    ]  # fmt: skip
+        "diagnostics_probability_vs_error.png",
+        "diagnostics_replay_counts.png",
+        "diagnostics_td_sorted.png",
+        "diagnostics_weights.png",
+    ]
     for p in paths:
         assert p.read_bytes()[:8] == PNG and p.stat().st_size > 5000
     saved = json.loads(diag.save_json(tmp_path / "run" / "diagnostics.json").read_text())
@@ -252,8 +254,9 @@ def test_recipe_flag_writes_diagnostics(tmp_path: Path) -> None:
     from recipes.atari_ddqn import train
     from tests.test_atari_ddqn import _cartpole
 
-    cfg = _cartpole(tmp_path, run_name="diag", diagnostics=True, total_steps=300, eval_every=300,
-                    checkpoint_memory=False)  # fmt: skip
+    cfg = _cartpole(
+        tmp_path, run_name="diag", diagnostics=True, total_steps=300, eval_every=300, checkpoint_memory=False
+    )
     result = train(cfg)
     run = tmp_path / "diag"
     saved = json.loads((run / "diagnostics.json").read_text())

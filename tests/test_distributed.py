@@ -59,10 +59,17 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
         os.environ.update(WORLD_SIZE=str(WORLD), RANK=str(rank), LOCAL_RANK=str(rank), NODE_RANK="0")
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="1")  # unused: the group exists
         trainer = pl.Trainer(
-            strategy="ddp", devices=WORLD, accelerator="cpu", max_steps=12, logger=False,
-            callbacks=[PrioritizedSamplingCallback()], use_distributed_sampler=False,
-            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        )  # fmt: skip
+            strategy="ddp",
+            devices=WORLD,
+            accelerator="cpu",
+            max_steps=12,
+            logger=False,
+            callbacks=[PrioritizedSamplingCallback()],
+            use_distributed_sampler=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
         trainer.fit(_DDPModel(out_dir), datamodule=_DDPData())
     finally:
         dist.destroy_process_group()

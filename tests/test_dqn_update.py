@@ -40,13 +40,16 @@ def batches(spec: EnvSpec, k: int, count: int, seed: int, agents: int | None = N
     lead = (k,) if agents is None else (agents, k)
     out = []
     for _ in range(count):
-        out.append(Batch(
-            torch.randint(0, 2, (*lead, *spec.obs_shape), dtype=torch.uint8, generator=g),
-            torch.randint(0, spec.num_actions, lead, generator=g),
-            torch.randn(lead, generator=g), torch.full(lead, 0.99) * (torch.rand(lead, generator=g) > 0.1),
-            torch.randint(0, 2, (*lead, *spec.obs_shape), dtype=torch.uint8, generator=g),
-            torch.rand(lead, generator=g),
-        ))  # fmt: skip
+        out.append(
+            Batch(
+                torch.randint(0, 2, (*lead, *spec.obs_shape), dtype=torch.uint8, generator=g),
+                torch.randint(0, spec.num_actions, lead, generator=g),
+                torch.randn(lead, generator=g),
+                torch.full(lead, 0.99) * (torch.rand(lead, generator=g) > 0.1),
+                torch.randint(0, 2, (*lead, *spec.obs_shape), dtype=torch.uint8, generator=g),
+                torch.rand(lead, generator=g),
+            )
+        )
     return out
 
 
@@ -75,8 +78,9 @@ def test_eager_step_is_algorithm_1_update() -> None:
     cfg = load_config("MinAtar/Breakout-v1", "proportional")
     q, q_target = network(MINATAR, 0), network(MINATAR, 1)
     q2, q2_target = copy.deepcopy(q), copy.deepcopy(q_target)
-    step = OptimizerStep(td_loss(q, q_target, cfg), list(q.parameters()), make_optimizer(cfg, q.parameters()),
-                         graph=False)  # fmt: skip
+    step = OptimizerStep(
+        td_loss(q, q_target, cfg), list(q.parameters()), make_optimizer(cfg, q.parameters()), graph=False
+    )
     opt2 = make_optimizer(cfg, q2.parameters())
     for b in batches(MINATAR, 8, 4, seed=0):
         _, priorities = step(b)
@@ -203,8 +207,12 @@ def _graph_vs_eager(stacked: bool, optimizer: str) -> None:
         return make_optimizer(cfg, module.parameters(), capturable=capturable)
 
     graphed = OptimizerStep(td_loss(q, q_target, cfg), list(q.parameters()), make_opt(q, True), graph=True)
-    eager = OptimizerStep(td_loss(q_eager, q_eager_target, cfg), list(q_eager.parameters()),
-                          make_opt(q_eager, False), graph=False)  # fmt: skip
+    eager = OptimizerStep(
+        td_loss(q_eager, q_eager_target, cfg),
+        list(q_eager.parameters()),
+        make_opt(q_eager, False),
+        graph=False,
+    )
     for b in batches(ATARI, 32, 5, seed=3, agents=agents):
         b = Batch(*(t.to(device) for t in b))
         _, p_graph = graphed(b)

@@ -62,9 +62,14 @@ class Streams:
         self.frames[s].append(self._frame())
         end = bool(self.rng.random() < 0.1)
         t = {
-            "obs": obs, "action": int(self.rng.integers(4)), "reward": float(self.rng.normal()),
-            "discount": 0.0 if end else 0.99, "next_obs": self._obs(s), "episode_end": end, "stream": s,
-        }  # fmt: skip
+            "obs": obs,
+            "action": int(self.rng.integers(4)),
+            "reward": float(self.rng.normal()),
+            "discount": 0.0 if end else 0.99,
+            "next_obs": self._obs(s),
+            "episode_end": end,
+            "stream": s,
+        }
         if end:
             self._reset(s)
         return t
@@ -75,9 +80,18 @@ def make(
 ) -> PrioritizedReplay:
     kw.setdefault("frame_capacity", capacity * (stack + 2) + 4 * stack * (streams + 2))  # never short
     return PrioritizedReplay(
-        capacity, FRAME, frame_stack=stack, obs_dtype=np.float32, num_streams=streams, alpha=0.7,
-        beta=0.5, backend=backend, seed=seed, eviction="priority", **kw,
-    )  # fmt: skip
+        capacity,
+        FRAME,
+        frame_stack=stack,
+        obs_dtype=np.float32,
+        num_streams=streams,
+        alpha=0.7,
+        beta=0.5,
+        backend=backend,
+        seed=seed,
+        eviction="priority",
+        **kw,
+    )
 
 
 def compare(replay: PrioritizedReplay, ref: Reference) -> None:
@@ -102,8 +116,14 @@ def compare(replay: PrioritizedReplay, ref: Reference) -> None:
             assert batch.discount[i] == np.float32(t["discount"])
 
 
-def run_sequence(replay: PrioritizedReplay, ref: Reference, rng: np.random.Generator, steps: int,
-                 streams: int, env: Streams) -> list[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+def run_sequence(
+    replay: PrioritizedReplay,
+    ref: Reference,
+    rng: np.random.Generator,
+    steps: int,
+    streams: int,
+    env: Streams,
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """Random adds, vector adds, draws and (possibly stale) updates, compared after each step."""
     draws: list[tuple[np.ndarray, np.ndarray]] = []
     for _ in range(steps):
@@ -116,11 +136,14 @@ def run_sequence(replay: PrioritizedReplay, ref: Reference, rng: np.random.Gener
             n = int(rng.integers(1, streams + 1))
             ts = [env.step(s) for s in rng.permutation(streams)[:n]]
             replay.add_many(
-                np.stack([t["obs"] for t in ts]), np.array([t["action"] for t in ts]),
-                np.array([t["reward"] for t in ts]), np.array([t["discount"] for t in ts]),
-                np.stack([t["next_obs"] for t in ts]), episode_end=np.array([t["episode_end"] for t in ts]),
+                np.stack([t["obs"] for t in ts]),
+                np.array([t["action"] for t in ts]),
+                np.array([t["reward"] for t in ts]),
+                np.array([t["discount"] for t in ts]),
+                np.stack([t["next_obs"] for t in ts]),
+                episode_end=np.array([t["episode_end"] for t in ts]),
                 streams=np.array([t["stream"] for t in ts]),
-            )  # fmt: skip
+            )
             for t in ts:
                 ref.add(t)
         elif op < 0.8 and len(replay):
@@ -386,11 +409,19 @@ def test_vector_steps_with_skipped_resets_match_the_reference(backend: str) -> N
         terminated, truncated = (rng.random(envs) < 0.3) & ~resetting, np.zeros(envs, np.bool_)
         resetting = terminated
         rows = twin.step(obs, action, reward, terminated, truncated, next_obs, {}, gamma=0.9)
-        replay.add_vector_step(obs, action, reward, terminated, truncated, next_obs, {}, gamma=0.9,
-                               autoreset_mode="NextStep")  # fmt: skip
+        replay.add_vector_step(
+            obs, action, reward, terminated, truncated, next_obs, {}, gamma=0.9, autoreset_mode="NextStep"
+        )
         for i in range(rows.streams.shape[0]):
-            ref.add({"obs": rows.obs[i], "action": rows.action[i], "reward": rows.reward[i],
-                     "discount": rows.discount[i], "next_obs": rows.next_obs[i]})  # fmt: skip
+            ref.add(
+                {
+                    "obs": rows.obs[i],
+                    "action": rows.action[i],
+                    "reward": rows.reward[i],
+                    "discount": rows.discount[i],
+                    "next_obs": rows.next_obs[i],
+                }
+            )
         obs = next_obs
         if len(replay) and rng.random() < 0.5:
             batch, draw = replay.sample(3)

@@ -79,17 +79,20 @@ def test_locate_dataset_prefers_mnist_then_fashion(
 def test_imbalanced_split_counts() -> None:
     counts = np.array([5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949])  # MNIST's train set
     labels = np.random.default_rng(1).permutation(np.repeat(np.arange(10), counts))
-    train, val = rec.imbalanced_split(labels, rare_classes=(0, 1, 2, 3, 4), keep_fraction=0.01,
-                                      val_per_class=100, seed=0)  # fmt: skip
+    train, val = rec.imbalanced_split(
+        labels, rare_classes=(0, 1, 2, 3, 4), keep_fraction=0.01, val_per_class=100, seed=0
+    )
     kept = np.bincount(labels[train], minlength=10)
     np.testing.assert_array_equal(kept[:5], np.round(0.01 * counts[:5]))  # 59, 67, 60, 61, 58
     np.testing.assert_array_equal(kept[5:], counts[5:] - 100)
     np.testing.assert_array_equal(np.bincount(labels[val], minlength=10), np.full(10, 100))  # balanced
     assert np.intersect1d(train, val).size == 0
-    again, _ = rec.imbalanced_split(labels, rare_classes=(0, 1, 2, 3, 4), keep_fraction=0.01,
-                                    val_per_class=100, seed=0)  # fmt: skip
-    other, _ = rec.imbalanced_split(labels, rare_classes=(0, 1, 2, 3, 4), keep_fraction=0.01,
-                                    val_per_class=100, seed=1)  # fmt: skip
+    again, _ = rec.imbalanced_split(
+        labels, rare_classes=(0, 1, 2, 3, 4), keep_fraction=0.01, val_per_class=100, seed=0
+    )
+    other, _ = rec.imbalanced_split(
+        labels, rare_classes=(0, 1, 2, 3, 4), keep_fraction=0.01, val_per_class=100, seed=1
+    )
     np.testing.assert_array_equal(train, again)
     assert not np.array_equal(train, other)
     with pytest.raises(ValueError, match="keep_fraction"):
@@ -115,11 +118,27 @@ def test_informed_weighting_scales_the_rare_classes_loss() -> None:
 
 def _args(root: Path) -> list[str]:
     return [
-        "--data.root", str(root), "--data.dataset", "mnist", "--data.download", "false",
-        "--data.keep_fraction", "0.1", "--data.val_per_class", "5", "--data.eval_batch_size", "100",
-        "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
-        "--trainer.enable_model_summary", "false", "--trainer.enable_checkpointing", "false",
-    ]  # fmt: skip
+        "--data.root",
+        str(root),
+        "--data.dataset",
+        "mnist",
+        "--data.download",
+        "false",
+        "--data.keep_fraction",
+        "0.1",
+        "--data.val_per_class",
+        "5",
+        "--data.eval_batch_size",
+        "100",
+        "--trainer.logger",
+        "false",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+        "--trainer.enable_checkpointing",
+        "false",
+    ]
 
 
 @pytest.mark.parametrize("arm", rec.ARMS)
@@ -144,10 +163,24 @@ def test_fast_dev_run_of_each_arm(root: Path, arm: str) -> None:
 
 def test_command_line_sets_alpha_beta_backend(root: Path) -> None:
     config = str(rec.CONFIG_DIR / "prioritized.yaml")
-    cli = rec.cli_main([
-        "fit", "--config", config, "--trainer.fast_dev_run", "2", *_args(root),
-        "--data.alpha", "0.6", "--data.beta", "0.4", "--data.beta_end", "1.0", "--data.backend", "rank",
-    ])  # fmt: skip
+    cli = rec.cli_main(
+        [
+            "fit",
+            "--config",
+            config,
+            "--trainer.fast_dev_run",
+            "2",
+            *_args(root),
+            "--data.alpha",
+            "0.6",
+            "--data.beta",
+            "0.4",
+            "--data.beta_end",
+            "1.0",
+            "--data.backend",
+            "rank",
+        ]
+    )
     data = cli.datamodule
     assert isinstance(data, rec.ImbalancedMNISTDataModule) and data.prioritized_sampler is not None
     base = data.prioritized_sampler.sampler
@@ -158,10 +191,16 @@ def test_command_line_sets_alpha_beta_backend(root: Path) -> None:
 
 def test_compare_writes_json_plots_and_table(root: Path, tmp_path: Path) -> None:
     config = rec.CompareConfig(
-        seeds=2, max_steps=4, eval_every=2, root=str(root), dataset="mnist", workers=1,
+        seeds=2,
+        max_steps=4,
+        eval_every=2,
+        root=str(root),
+        dataset="mnist",
+        workers=1,
         overrides=("--data.keep_fraction", "0.1", "--data.val_per_class", "5"),
-        out_dir=str(tmp_path), name="tiny",
-    )  # fmt: skip
+        out_dir=str(tmp_path),
+        name="tiny",
+    )
     rec.compare_main(config)
     results = json.loads((tmp_path / "tiny.json").read_text())
     assert results["dataset"] == "MNIST"
@@ -191,19 +230,42 @@ def test_comparison_is_identical_in_fresh_processes_whatever_the_thread_count(
     written = []
     for threads in ("1", "2"):
         command = [
-            sys.executable, "-m", "recipes.imbalanced_mnist", "compare", "--arms", "uniform,prioritized",
-            "--seeds", "2", "--max_steps", "4", "--eval_every", "2", "--root", str(root),
-            "--dataset", "mnist", "--workers", "1", "--out_dir", str(tmp_path),
+            sys.executable,
+            "-m",
+            "recipes.imbalanced_mnist",
+            "compare",
+            "--arms",
+            "uniform,prioritized",
+            "--seeds",
+            "2",
+            "--max_steps",
+            "4",
+            "--eval_every",
+            "2",
+            "--root",
+            str(root),
+            "--dataset",
+            "mnist",
+            "--workers",
+            "1",
+            "--out_dir",
+            str(tmp_path),
             "--overrides=--data.keep_fraction,0.1,--data.val_per_class,5",
-        ]  # fmt: skip
+        ]
         env = {
             **os.environ,
             "OMP_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads,
             "PYTHONHASHSEED": threads,
         }
-        done = subprocess.run(command, cwd=Path(rec.__file__).parent.parent, env=env, capture_output=True,
-                              text=True, timeout=300)  # fmt: skip
+        done = subprocess.run(
+            command,
+            cwd=Path(rec.__file__).parent.parent,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         text = (tmp_path / "imbalanced_mnist.json").read_text()
         assert json.loads(text)["torch_threads"] == 1

@@ -49,9 +49,13 @@ class RecordingSampler(DrawLedger):
 
 class TinyData(pl.LightningDataModule):
     def __init__(
-        self, beta: float = 0.0, loader_batch: int = BATCH, num_workers: int = 0, early: bool = True,
+        self,
+        beta: float = 0.0,
+        loader_batch: int = BATCH,
+        num_workers: int = 0,
+        early: bool = True,
         plain: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__()
         self.plain = plain
         g = torch.Generator().manual_seed(0)
@@ -77,9 +81,12 @@ class TinyData(pl.LightningDataModule):
         if not self.early:  # the callback finds it behind the DataLoader, at train start
             self.make_sampler()
         return DataLoader(
-            IndexedDataset(self.data), batch_size=self.loader_batch, sampler=self.sampler,
-            num_workers=self.num_workers, multiprocessing_context="fork" if self.num_workers else None,
-        )  # fmt: skip
+            IndexedDataset(self.data),
+            batch_size=self.loader_batch,
+            sampler=self.sampler,
+            num_workers=self.num_workers,
+            multiprocessing_context="fork" if self.num_workers else None,
+        )
 
 
 class TinyModel(pl.LightningModule):
@@ -105,14 +112,25 @@ class TinyModel(pl.LightningModule):
 
 
 def fit(
-    model: TinyModel, data: TinyData, max_steps: int, callback: PrioritizedSamplingCallback | None = None,
-    ckpt_path: str | None = None, logger: Any = False, log_every_n_steps: int = 1,
-) -> pl.Trainer:  # fmt: skip
+    model: TinyModel,
+    data: TinyData,
+    max_steps: int,
+    callback: PrioritizedSamplingCallback | None = None,
+    ckpt_path: str | None = None,
+    logger: Any = False,
+    log_every_n_steps: int = 1,
+) -> pl.Trainer:
     trainer = pl.Trainer(
-        max_steps=max_steps, callbacks=[callback or PrioritizedSamplingCallback()], logger=logger,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        use_distributed_sampler=False, accelerator="cpu", log_every_n_steps=log_every_n_steps,
-    )  # fmt: skip
+        max_steps=max_steps,
+        callbacks=[callback or PrioritizedSamplingCallback()],
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        accelerator="cpu",
+        log_every_n_steps=log_every_n_steps,
+    )
     trainer.fit(model, datamodule=data, ckpt_path=ckpt_path)
     return trainer
 

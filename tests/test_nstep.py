@@ -79,8 +79,13 @@ class Reference:
                 continue
             gammas = [s.discount for s in window]
             terms = [math.prod(gammas[:k]) * s.reward for k, s in enumerate(window)]
-            result[step.slot] = (sum(terms), math.prod(gammas), window[-1].slot, len(window),
-                                 sum(abs(x) for x in terms))  # fmt: skip
+            result[step.slot] = (
+                sum(terms),
+                math.prod(gammas),
+                window[-1].slot,
+                len(window),
+                sum(abs(x) for x in terms),
+            )
         return result
 
 
@@ -137,13 +142,19 @@ def drive(n: int, num_streams: int, capacity: int, seed: int, steps: int, vector
         gens = np.arange(head, head + k, dtype=np.int64)
         if vector:
             got = acc.push_many(
-                gens % capacity, gens, streams, [m[0] for m in moves], [m[1] for m in moves],
-                episode_end=np.array([m[2] for m in moves]), continues=np.array([m[3] for m in moves]),
-            )  # fmt: skip
+                gens % capacity,
+                gens,
+                streams,
+                [m[0] for m in moves],
+                [m[1] for m in moves],
+                episode_end=np.array([m[2] for m in moves]),
+                continues=np.array([m[3] for m in moves]),
+            )
         else:
             r, g, end, cont = moves[0]
-            got = acc.push(int(gens[0] % capacity), int(gens[0]), int(streams[0]), r, g,
-                           episode_end=end, continues=cont)  # fmt: skip
+            got = acc.push(
+                int(gens[0] % capacity), int(gens[0]), int(streams[0]), r, g, episode_end=end, continues=cont
+            )
         after = ref.completed()
         new = [slot for slot in after if slot not in before]
         assert sorted(got.tolist()) == sorted(new) and len(set(got.tolist())) == len(got)

@@ -169,10 +169,18 @@ def test_unbiased_arms_converge_to_the_exact_values_on_a_chain():
     (rejection with c = 2 >= max ρ = 0.95 / 0.5); the uncorrected arm converges to V^μ and stays away."""
     model, P = chain_model()
     config = OffPolicyConfig(
-        gamma=0.9, target_epsilon=0.1, memory_size=4096, updates=1500, batch_size=32, step_size=1.0,
-        step_decay=300.0, eval_every=100, representations=("tabular",), rejection_bound=2.0,
+        gamma=0.9,
+        target_epsilon=0.1,
+        memory_size=4096,
+        updates=1500,
+        batch_size=32,
+        step_size=1.0,
+        step_decay=300.0,
+        eval_every=100,
+        representations=("tabular",),
+        rejection_bound=2.0,
         beta_anneal=0.5,
-    )  # fmt: skip
+    )
     out = run_seed("chain", config, seed=0, model=model, step=chain_stepper(P, 0))["tabular"]
     v = problem(model, config).v_true
     assert np.abs(v).min() > 0.1
@@ -199,10 +207,19 @@ def test_cli_parses_the_config():
     from jsonargparse import auto_cli
 
     config = auto_cli(
-        OffPolicyConfig, as_positional=False,
-        args=["--seeds", "2", "--arms", "[weighted_is,rejection]", "--envs", "[FrozenLake-v1]",
-              "--tolerances", '{"FrozenLake-v1": 0.1}'],
-    )  # fmt: skip
+        OffPolicyConfig,
+        as_positional=False,
+        args=[
+            "--seeds",
+            "2",
+            "--arms",
+            "[weighted_is,rejection]",
+            "--envs",
+            "[FrozenLake-v1]",
+            "--tolerances",
+            '{"FrozenLake-v1": 0.1}',
+        ],
+    )
     assert config.seeds == 2 and tuple(config.arms) == ("weighted_is", "rejection")
     assert config.tolerances == {"FrozenLake-v1": 0.1}
     with pytest.raises(ValueError, match="arms"):

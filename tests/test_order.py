@@ -346,8 +346,12 @@ class OrderMachine(RuleBasedStateMachine):
         values = data.draw(st.lists(st.one_of(PRIORITIES, st.just(np.nan)), min_size=k, max_size=k))
         self._write(slots, values)
 
-    @rule(start=st.integers(0, 10**6), length=st.integers(1, 300), base=PRIORITIES,
-          step=st.sampled_from([-1.0, 0.0, 1e-3, 1.0]))  # fmt: skip
+    @rule(
+        start=st.integers(0, 10**6),
+        length=st.integers(1, 300),
+        base=PRIORITIES,
+        step=st.sampled_from([-1.0, 0.0, 1e-3, 1.0]),
+    )
     def write_run(self, start: int, length: int, base: float, step: float) -> None:
         """Consecutive slots with priorities in a monotone run (or one tied value): inserts that
         pile up in one block until it splits, again and again."""

@@ -28,8 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_module(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def error_line(capsys: pytest.CaptureFixture[str], cls: type, *args: str) -> str:
@@ -50,7 +51,9 @@ def test_list_options_take_a_comma_list_a_single_value_or_brackets(value: str) -
     assert tuple(cli.parse(CliffwalkConfig, [f"--agents={value}"], prog="c").agents) == expected
     assert tuple(cli.parse(OffPolicyConfig, ["--arms", "weighted_is"], prog="o").arms) == ("weighted_is",)
     assert tuple(cli.parse(CompareConfig, ["--arms", "uniform,prioritized"], prog="m").arms) == (
-        "uniform", "prioritized")  # fmt: skip
+        "uniform",
+        "prioritized",
+    )
     sweep = cli.parse(SweepConfig, ["--env", "CartPole-v1", "--arms", "rank"], prog="s")
     assert tuple(sweep.arms) == ("rank",)
     assert tuple(cli.parse(DDQNConfig, ["--env", "CartPole-v1", "--hidden", "64,32"], prog="d").hidden) == (
@@ -63,12 +66,15 @@ def test_bad_values_fail_up_front_naming_the_option(capsys: pytest.CaptureFixtur
     """Bugs: ``cliffwalk --step_size -1`` ran until ``priorities[3121]=nan``; ``offpolicy
     --beta0_rank 2`` was reported as ``beta.start``; ``--env Pendulum-v1`` raised AttributeError."""
     assert error_line(capsys, CliffwalkConfig, "--step_size", "-1") == (
-        "error: --step_size should lie in (0, 1], but got -1")  # fmt: skip
+        "error: --step_size should lie in (0, 1], but got -1"
+    )
     assert error_line(capsys, CliffwalkConfig, "--agents", "rank,rank").startswith("error: --agents should")
     assert error_line(capsys, OffPolicyConfig, "--beta0_rank", "2") == (
-        "error: --beta0_rank should lie in [0, 1], but got 2")  # fmt: skip
+        "error: --beta0_rank should lie in [0, 1], but got 2"
+    )
     assert error_line(capsys, CompareConfig, "--max_steps", "10", "--eval_every", "20").startswith(
-        "error: --eval_every should be <= max_steps=10")  # fmt: skip
+        "error: --eval_every should be <= max_steps=10"
+    )
     pendulum = error_line(capsys, DDQNConfig, "--env", "Pendulum-v1")
     assert pendulum.startswith("error: --env should have discrete actions") and "Pendulum-v1" in pendulum
     assert error_line(capsys, DDQNConfig, "--env", "NoSuchEnv-v0").startswith("error: --env should be")

@@ -66,9 +66,17 @@ class Recorder:
         discount = 0.0 if end and self.rng.random() < 0.5 else 1.0
         slot = self.add(self.obs[stream], action, reward, discount, next_obs, episode_end=end, stream=stream)
         self.added.append(
-            (slot, {"obs": self.obs[stream], "action": action, "reward": reward, "discount": discount,
-                    "next_obs": next_obs})
-        )  # fmt: skip
+            (
+                slot,
+                {
+                    "obs": self.obs[stream],
+                    "action": action,
+                    "reward": reward,
+                    "discount": discount,
+                    "next_obs": next_obs,
+                },
+            )
+        )
         self.obs[stream] = env.reset() if end else next_obs
         return slot
 
@@ -459,10 +467,21 @@ def test_stacks_equal_real_atari_stacks() -> None:
         action = envs[i].action_space.sample()
         next_obs, reward, terminated, truncated, _ = envs[i].step(action)
         end = bool(terminated or truncated)
-        slot = memory.add(obs[i], action, float(reward), 0.0 if terminated else 1.0, next_obs,
-                          episode_end=end, stream=i)  # fmt: skip
-        added.append((slot, {"obs": obs[i], "action": action, "reward": float(reward),
-                             "discount": 0.0 if terminated else 1.0, "next_obs": next_obs}))  # fmt: skip
+        slot = memory.add(
+            obs[i], action, float(reward), 0.0 if terminated else 1.0, next_obs, episode_end=end, stream=i
+        )
+        added.append(
+            (
+                slot,
+                {
+                    "obs": obs[i],
+                    "action": action,
+                    "reward": float(reward),
+                    "discount": 0.0 if terminated else 1.0,
+                    "next_obs": next_obs,
+                },
+            )
+        )
         obs[i] = envs[i].reset()[0] if end else next_obs
     assert sum(1 for _, t in added if not np.array_equal(t["obs"][0], t["obs"][1])) > 0
     assert_matches(memory, added)

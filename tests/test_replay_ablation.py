@@ -34,10 +34,20 @@ torch.set_num_threads(1)
 
 def _cartpole(tmp_path: Path, arm: str, **overrides: Any) -> Any:
     settings: dict[str, Any] = dict(
-        total_steps=600, learning_starts=100, eps_decay_steps=300, target_update_period=100, eval_every=300,
-        eval_steps=300, eval_episodes=2, eval_envs=2, log_every=100, log_dir=str(tmp_path), progress=False,
-        tensorboard=False, checkpoint_memory=True,
-    )  # fmt: skip
+        total_steps=600,
+        learning_starts=100,
+        eps_decay_steps=300,
+        target_update_period=100,
+        eval_every=300,
+        eval_steps=300,
+        eval_episodes=2,
+        eval_envs=2,
+        log_every=100,
+        log_dir=str(tmp_path),
+        progress=False,
+        tensorboard=False,
+        checkpoint_memory=True,
+    )
     settings.update(overrides)
     return load_config("CartPole-v1", arm, **settings)
 
@@ -85,9 +95,14 @@ def test_lap_loss_is_clip_td_huber_and_priorities_are_unclipped() -> None:
     online = Table([[0.5, 1.5], [3.0, 1.0], [0.0, 4.0]])
     target = Table([[9.0, 9.0], [2.0, 10.0], [-1.0, 7.0]])
     f64 = torch.float64
-    batch = (torch.tensor([0, 0, 2]), torch.tensor([1, 0, 0]), torch.tensor([1.0, -1.0, 0.5], dtype=f64),
-             torch.tensor([0.9, 0.0, 0.9], dtype=f64), torch.tensor([1, 1, 2]),
-             torch.ones(3, dtype=f64))  # fmt: skip
+    batch = (
+        torch.tensor([0, 0, 2]),
+        torch.tensor([1, 0, 0]),
+        torch.tensor([1.0, -1.0, 0.5], dtype=f64),
+        torch.tensor([0.9, 0.0, 0.9], dtype=f64),
+        torch.tensor([1, 1, 2]),
+        torch.ones(3, dtype=f64),
+    )
     delta = double_dqn_td_error(online, target, *batch[:5]).detach()  # 1.3, -1.5, 6.8
     cfg = load_config("CartPole-v1", "lap")
     _, priorities = td_loss(online, target, cfg)(batch)
@@ -100,10 +115,12 @@ def test_lap_loss_is_clip_td_huber_and_priorities_are_unclipped() -> None:
 def _large_sample(n: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(3)
     return {
-        "obs": rng.integers(0, 3, n), "action": rng.integers(0, 2, n),
-        "reward": rng.normal(size=n).astype(np.float32), "discount": np.full(n, 0.9, dtype=np.float32),
+        "obs": rng.integers(0, 3, n),
+        "action": rng.integers(0, 2, n),
+        "reward": rng.normal(size=n).astype(np.float32),
+        "discount": np.full(n, 0.9, dtype=np.float32),
         "next_obs": rng.integers(0, 3, n),
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize("m", [1, 4])
@@ -124,8 +141,11 @@ def test_laber_keeps_rows_of_its_large_batch_weighted_mean_over_score(m: int) ->
     scores = double_dqn_td_error(online, target, *large).detach().abs().numpy() + LABER_EPS
     # each kept row is one position of the large batch: find it by its candidate slot and its columns
     for i in range(8):
-        rows = [j for j in np.flatnonzero(candidates == kept[i])
-                if all(float(large[c][j]) == float(batch[c][i]) for c in range(5))]  # fmt: skip
+        rows = [
+            j
+            for j in np.flatnonzero(candidates == kept[i])
+            if all(float(large[c][j]) == float(batch[c][i]) for c in range(5))
+        ]
         assert rows, f"kept row {i} is no row of the large batch"
         assert float(batch.weights[i]) == pytest.approx(scores.mean() / scores[rows[0]], rel=1e-5)
     assert batch.weights.dtype == torch.float32
@@ -204,11 +224,26 @@ def test_ablation_writes_a_table_and_plot_per_env(tmp_path: Path) -> None:
     from recipes.replay_ablation import main
 
     out = tmp_path / "ablation"
-    main([
-        "--out", str(out), "--log_dir", str(tmp_path / "runs"), "--cartpole_steps", "300",
-        "--minatar_steps", "260", "--cartpole_seeds", "1", "--minatar_seeds", "1", "--jobs", "1",
-        "--overrides", '{"learning_starts": 200, "eval_every": 260, "eval_steps": 50, "eval_episodes": 1}',
-    ])  # fmt: skip
+    main(
+        [
+            "--out",
+            str(out),
+            "--log_dir",
+            str(tmp_path / "runs"),
+            "--cartpole_steps",
+            "300",
+            "--minatar_steps",
+            "260",
+            "--cartpole_seeds",
+            "1",
+            "--minatar_seeds",
+            "1",
+            "--jobs",
+            "1",
+            "--overrides",
+            '{"learning_starts": 200, "eval_every": 260, "eval_steps": 50, "eval_episodes": 1}',
+        ]
+    )
     for env in ("CartPole-v1", "MinAtar_Breakout-v1"):
         data = json.loads((out / f"{env}.json").read_text())
         assert list(data) == ["uniform", "proportional", "rank", "lap", "laber"]

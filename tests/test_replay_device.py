@@ -84,8 +84,18 @@ class Driver:
             truncated, discount = end & ~terminated, np.where(end, 0.0, 1.0)
             for target in targets:
                 if self.vector:  # envs reset by hand below: the converter's Disabled mode
-                    target.add_vector_step(obs, action, reward, terminated, truncated, np.stack(nxt), {},
-                                           gamma=0.99, autoreset_mode="Disabled", **extras)  # fmt: skip
+                    target.add_vector_step(
+                        obs,
+                        action,
+                        reward,
+                        terminated,
+                        truncated,
+                        np.stack(nxt),
+                        {},
+                        gamma=0.99,
+                        autoreset_mode="Disabled",
+                        **extras,
+                    )
                 else:
                     target.add_many(obs, action, reward, discount, np.stack(nxt), episode_end=end, **extras)
             self.obs = [env.reset() if e else o for env, e, o in zip(self.envs, end, nxt, strict=True)]
@@ -124,8 +134,11 @@ def test_torch_batches_equal_numpy_batches(device: str, stack: int, streams: int
     np.testing.assert_array_equal(a.sampler.priorities, b.sampler.priorities)
     b.memory.check_valid()
     slots = np.flatnonzero(a.memory.valid(np.arange(40)))
-    assert_same_batch(a.memory.get(slots, weights=np.ones(slots.shape[0])),
-                      b.memory.get(slots, weights=np.ones(slots.shape[0])), device)  # fmt: skip
+    assert_same_batch(
+        a.memory.get(slots, weights=np.ones(slots.shape[0])),
+        b.memory.get(slots, weights=np.ones(slots.shape[0])),
+        device,
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -196,8 +209,13 @@ def test_nstep_extras_inferred_dtype_torch_equals_numpy(
     """n_step=3 with extras, obs_dtype inferred at the first add (the device storage is made then),
     vector steps through add_vector_step: the device path returns the numpy path's windows (reward,
     discount, next_obs at the window's last slot) and extras, dtypes included."""
-    kwargs: dict[str, Any] = {"frame_stack": stack, "num_streams": streams, "seed": 4, "n_step": 3,
-                              "extras": LOG_PROB}  # fmt: skip
+    kwargs: dict[str, Any] = {
+        "frame_stack": stack,
+        "num_streams": streams,
+        "seed": 4,
+        "n_step": 3,
+        "extras": LOG_PROB,
+    }
     a = PrioritizedReplay(40, FRAME, **kwargs)
     b = PrioritizedReplay(40, FRAME, device=device, **kwargs)
     assert b.memory.obs_dtype is None and b.memory.frame_pool is None  # nothing allocated yet
@@ -276,8 +294,17 @@ def test_dict_observations_on_the_device(device: str, n: int) -> None:
         action = rng.integers(0, 3, NUM_ENVS)
         next_obs, reward, terminated, truncated, infos = envs.step(action)
         for target in targets:
-            target.add_vector_step(obs, action, reward, terminated, truncated, next_obs, infos, gamma=GAMMA,
-                                   tag=np.arange(NUM_ENVS) + 10 * i)  # fmt: skip
+            target.add_vector_step(
+                obs,
+                action,
+                reward,
+                terminated,
+                truncated,
+                next_obs,
+                infos,
+                gamma=GAMMA,
+                tag=np.arange(NUM_ENVS) + 10 * i,
+            )
         obs = next_obs
 
     for i in range(80):

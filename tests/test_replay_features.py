@@ -46,11 +46,16 @@ class Driver:
         end = bool(self.rng.random() < 0.2)
         terminated = end and bool(self.rng.random() < 0.5)
         t = {
-            "obs": obs, "next_obs": self._obs(nxt), "stream": s, "end": end,
-            "action": int(self.rng.integers(4)), "reward": float(self.rng.normal()),
+            "obs": obs,
+            "next_obs": self._obs(nxt),
+            "stream": s,
+            "end": end,
+            "action": int(self.rng.integers(4)),
+            "reward": float(self.rng.normal()),
             "discount": 0.0 if terminated else float(self.rng.choice([0.9, 0.5, 1.0])),
-            "log_prob": np.float32(self.rng.normal()), "mask": self.rng.random(4) < 0.5,
-        }  # fmt: skip
+            "log_prob": np.float32(self.rng.normal()),
+            "mask": self.rng.random(4) < 0.5,
+        }
         if end:
             self.episode[s] += 1
             self.frames[s] = self._reset(s)
@@ -116,15 +121,25 @@ def check_against_reference(replay: PrioritizedReplay, driver: Driver, n: int) -
 def test_n_step_windows_match_a_naive_reference(n: int, stack: int, streams: int) -> None:
     """Random episodes (terminated and truncated), interleaved streams, many wrap-arounds, single
     adds and add_many, through PrioritizedReplay's public API."""
-    replay = PrioritizedReplay(13, (3,), frame_stack=stack, num_streams=streams, n_step=n, extras=LOG_PROB,
-                               seed=stack + streams)  # fmt: skip
+    replay = PrioritizedReplay(
+        13, (3,), frame_stack=stack, num_streams=streams, n_step=n, extras=LOG_PROB, seed=stack + streams
+    )
     driver = Driver(stack, streams, seed=10 * n + stack + streams)
     rng = np.random.default_rng(n)
     for step in range(150):
         if rng.random() < 0.5:
             t = driver.transition()
-            replay.add(t["obs"], t["action"], t["reward"], t["discount"], t["next_obs"], episode_end=t["end"],
-                       stream=t["stream"], log_prob=t["log_prob"], mask=t["mask"])  # fmt: skip
+            replay.add(
+                t["obs"],
+                t["action"],
+                t["reward"],
+                t["discount"],
+                t["next_obs"],
+                episode_end=t["end"],
+                stream=t["stream"],
+                log_prob=t["log_prob"],
+                mask=t["mask"],
+            )
         else:
             ts = [driver.transition() for _ in range(int(rng.integers(0, 4)))]
 
@@ -133,12 +148,16 @@ def test_n_step_windows_match_a_naive_reference(n: int, stack: int, streams: int
 
             shape = (0, *((stack,) if stack > 1 else ()), 3)
             replay.add_many(
-                col("obs") if ts else np.zeros(shape, np.float32), col("action").astype(np.int64),
-                col("reward").astype(np.float64), col("discount").astype(np.float64),
+                col("obs") if ts else np.zeros(shape, np.float32),
+                col("action").astype(np.int64),
+                col("reward").astype(np.float64),
+                col("discount").astype(np.float64),
                 col("next_obs") if ts else np.zeros(shape, np.float32),
-                episode_end=col("end").astype(bool), streams=col("stream").astype(np.int64),
-                log_prob=col("log_prob").astype(np.float32), mask=col("mask").reshape(-1, 4).astype(bool),
-            )  # fmt: skip
+                episode_end=col("end").astype(bool),
+                streams=col("stream").astype(np.int64),
+                log_prob=col("log_prob").astype(np.float32),
+                mask=col("mask").reshape(-1, 4).astype(bool),
+            )
         if step % 5 == 0 or step > 140:
             check_against_reference(replay, driver, n)
             replay.memory.check_valid()
@@ -185,8 +204,16 @@ def test_extras_are_stored_and_bad_ones_rejected_naming_them() -> None:
             many = {k: np.asarray(v)[None] for k, v in extras.items()}
             memory.add_many(np.zeros((1, 2)), [1], [0.0], [1.0], np.zeros((1, 2)), **many)
         assert states_equal(memory.state_dict(), before)
-    memory.add_many(np.zeros((2, 2)), [1, 2], [0.0, 0.0], [1.0, 1.0], np.zeros((2, 2)), streams=[0, 0],
-                    log_prob=[0.5, 0.75], mask=np.ones((2, 4), bool))  # fmt: skip
+    memory.add_many(
+        np.zeros((2, 2)),
+        [1, 2],
+        [0.0, 0.0],
+        [1.0, 1.0],
+        np.zeros((2, 2)),
+        streams=[0, 0],
+        log_prob=[0.5, 0.75],
+        mask=np.ones((2, 4), bool),
+    )
     batch = memory.get([0, 1, 2])
     assert batch["log_prob"].tolist() == [0.25, 0.5, 0.75] and batch.extras["mask"].dtype == np.bool_
     assert list(batch) == [
@@ -272,8 +299,17 @@ def test_add_vector_step_through_prioritized_replay(mode_name: str, n: int) -> N
     for step in range(200):
         action = rng.integers(0, 3, NUM_ENVS)
         next_obs, reward, terminated, truncated, infos = envs.step(action)
-        replay.add_vector_step(obs, action, reward, terminated, truncated, next_obs, infos, gamma=GAMMA,
-                               tag=np.arange(NUM_ENVS) + 10 * step)  # fmt: skip
+        replay.add_vector_step(
+            obs,
+            action,
+            reward,
+            terminated,
+            truncated,
+            next_obs,
+            infos,
+            gamma=GAMMA,
+            tag=np.arange(NUM_ENVS) + 10 * step,
+        )
         obs = next_obs
         if step > 10 and step % 7 == 0:
             batch, draw = replay.sample(32)
@@ -301,14 +337,28 @@ def test_rejected_vector_step_changes_nothing() -> None:
     replay.add_vector_step(*args, gamma=0.9, tag=[1, 2])
     before = copy.deepcopy(replay.state_dict(include_memory=True))
     with pytest.raises(TypeError, match="the extra 'tag' is missing"):
-        replay.add_vector_step(obs + 1, [0, 1], [1.0, 1.0], np.array([False, False]),
-                               np.array([False, False]), obs + 2, {}, gamma=0.9)  # fmt: skip
+        replay.add_vector_step(
+            obs + 1,
+            [0, 1],
+            [1.0, 1.0],
+            np.array([False, False]),
+            np.array([False, False]),
+            obs + 2,
+            {},
+            gamma=0.9,
+        )
     assert states_equal(replay.state_dict(include_memory=True), before)  # converter flags included
     with pytest.raises(ValueError, match="num_envs should be at most num_streams=2"):
         PrioritizedReplay(16, (2,), num_streams=2).add_vector_step(
-            np.zeros((3, 2)), [0, 0, 0], [0.0] * 3, np.zeros(3, bool), np.zeros(3, bool),
-            np.zeros((3, 2)), {}, gamma=0.9,
-        )  # fmt: skip
+            np.zeros((3, 2)),
+            [0, 0, 0],
+            [0.0] * 3,
+            np.zeros(3, bool),
+            np.zeros(3, bool),
+            np.zeros((3, 2)),
+            {},
+            gamma=0.9,
+        )
 
 
 def test_add_many_accepts_zero_rows() -> None:
@@ -325,8 +375,13 @@ def test_add_many_accepts_zero_rows() -> None:
 def test_version_1_states_still_load() -> None:
     memory = ReplayMemory(6, (2,), obs_dtype=np.float32, frame_stack=2)
     for t in range(9):
-        memory.add(np.array([[t, t], [t + 1, t + 1]], np.float32), 0, 1.0, 1.0,
-                   np.array([[t + 1, t + 1], [t + 2, t + 2]], np.float32))  # fmt: skip
+        memory.add(
+            np.array([[t, t], [t + 1, t + 1]], np.float32),
+            0,
+            1.0,
+            1.0,
+            np.array([[t + 1, t + 1], [t + 2, t + 2]], np.float32),
+        )
     state = memory.state_dict()
     v1 = {k: v for k, v in state.items() if k not in ("nstep", "vector")}
     v1["version"] = 1
@@ -345,8 +400,17 @@ def test_n_step_state_round_trip_continues_exactly() -> None:
     replay, driver = build(), Driver(4, 2, seed=3)
 
     def step(r: PrioritizedReplay, t: dict[str, Any]) -> None:
-        r.add(t["obs"], t["action"], t["reward"], t["discount"], t["next_obs"], episode_end=t["end"],
-              stream=t["stream"], log_prob=t["log_prob"], mask=t["mask"])  # fmt: skip
+        r.add(
+            t["obs"],
+            t["action"],
+            t["reward"],
+            t["discount"],
+            t["next_obs"],
+            episode_end=t["end"],
+            stream=t["stream"],
+            log_prob=t["log_prob"],
+            mask=t["mask"],
+        )
 
     for _ in range(27):
         step(replay, driver.transition())

@@ -103,10 +103,17 @@ def vector_actor(replay: PrioritizedReplay) -> Callable[[], None]:
             rows = episodes.step()
             ended = np.array([r[4] for r in rows])
             replay.add_vector_step(
-                np.stack([r[0] for r in rows]), np.array([r[1] for r in rows]), np.ones(2, np.float32),
-                np.zeros(2, bool), ended, np.stack([r[3] for r in rows]), {}, gamma=GAMMA,
-                autoreset_mode="Disabled", tag=np.array([r[5] for r in rows]),
-            )  # fmt: skip
+                np.stack([r[0] for r in rows]),
+                np.array([r[1] for r in rows]),
+                np.ones(2, np.float32),
+                np.zeros(2, bool),
+                ended,
+                np.stack([r[3] for r in rows]),
+                {},
+                gamma=GAMMA,
+                autoreset_mode="Disabled",
+                tag=np.array([r[5] for r in rows]),
+            )
 
     return body
 
@@ -118,10 +125,15 @@ def many_actor(replay: PrioritizedReplay) -> Callable[[], None]:
         for _ in range(STEPS):
             rows = episodes.step()
             replay.add_many(
-                np.stack([r[0] for r in rows]), np.array([r[1] for r in rows]), np.ones(2),
-                np.full(2, GAMMA), np.stack([r[3] for r in rows]), episode_end=np.array([r[4] for r in rows]),
-                streams=np.array([2, 3]), tag=np.array([r[5] for r in rows]),
-            )  # fmt: skip
+                np.stack([r[0] for r in rows]),
+                np.array([r[1] for r in rows]),
+                np.ones(2),
+                np.full(2, GAMMA),
+                np.stack([r[3] for r in rows]),
+                episode_end=np.array([r[4] for r in rows]),
+                streams=np.array([2, 3]),
+                tag=np.array([r[5] for r in rows]),
+            )
 
     return body
 
@@ -157,10 +169,19 @@ def learner(replay: PrioritizedReplay, n_step: int, batches: list[int]) -> Calla
 
 def make_replay(backend: str, n_step: int, device: str | None = None) -> PrioritizedReplay:
     return PrioritizedReplay(
-        CAPACITY, (3,), frame_stack=STACK, obs_dtype=np.float32, num_streams=6, n_step=n_step,
-        extras={"tag": ((), np.int64)}, device=device, alpha=0.7, beta=LinearSchedule(0.4, 1.0, 1000),
-        backend=backend, seed=0,
-    )  # fmt: skip
+        CAPACITY,
+        (3,),
+        frame_stack=STACK,
+        obs_dtype=np.float32,
+        num_streams=6,
+        n_step=n_step,
+        extras={"tag": ((), np.int64)},
+        device=device,
+        alpha=0.7,
+        beta=LinearSchedule(0.4, 1.0, 1000),
+        backend=backend,
+        seed=0,
+    )
 
 
 CASES = [(b, n, None) for b in BACKENDS for n in (1, 3)] + [("proportional", 3, "cpu")]

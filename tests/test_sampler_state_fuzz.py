@@ -35,9 +35,17 @@ def make(
     beta = LinearSchedule(0.4, 1.0, 7) if fancy else 0.5
     corrected = fancy if corrected is None else corrected
     s = (CorrectedSampler if corrected else PrioritizedSampler)(
-        capacity, backend=backend, alpha=1.0 if fancy else 0.7, beta=beta, eps=1e-3,
-        weight_norm="memory" if fancy else "batch", size=capacity - 1, batch_size=3, num_samples=5, seed=seed,
-    )  # fmt: skip
+        capacity,
+        backend=backend,
+        alpha=1.0 if fancy else 0.7,
+        beta=beta,
+        eps=1e-3,
+        weight_norm="memory" if fancy else "batch",
+        size=capacity - 1,
+        batch_size=3,
+        num_samples=5,
+        seed=seed,
+    )
     rng = np.random.default_rng(seed)
     s.update_priorities(np.arange(capacity - 2), rng.choice([0.0, 0.5, 2.0], size=capacity - 2))
     s.remove([1])
@@ -63,9 +71,14 @@ def model_of(s: PrioritizedSampler) -> ReferenceSampler:
     state = s.state_dict()
     beta = state["beta"]
     model = ReferenceSampler(
-        s.capacity, alpha=s.alpha, beta=LinearSchedule(**beta) if isinstance(beta, dict) else beta, eps=s.eps,
-        backend=s.backend_name, weight_norm=s.weight_norm, size=0,
-    )  # fmt: skip
+        s.capacity,
+        alpha=s.alpha,
+        beta=LinearSchedule(**beta) if isinstance(beta, dict) else beta,
+        eps=s.eps,
+        backend=s.backend_name,
+        weight_norm=s.weight_norm,
+        size=0,
+    )
     model.step = state["step"]
     raw = s.priorities
     corrections = s.corrections if isinstance(s, CorrectedSampler) else np.ones_like(raw)

@@ -145,10 +145,17 @@ def test_prioritized_dqn_learns_end_to_end(backend: str) -> None:
     """(d) ``learn`` runs on CartPole: priorities move away from the initial max, β is annealed
     to ``beta_final`` over the run, and the PER statistics reach SB3's logger."""
     model = PrioritizedDQN(
-        "MlpPolicy", "CartPole-v1", learning_starts=50, buffer_size=1000, batch_size=32,
-        target_update_interval=50, policy_kwargs={"net_arch": [32]}, seed=0, device="cpu",
+        "MlpPolicy",
+        "CartPole-v1",
+        learning_starts=50,
+        buffer_size=1000,
+        batch_size=32,
+        target_update_interval=50,
+        policy_kwargs={"net_arch": [32]},
+        seed=0,
+        device="cpu",
         replay_buffer_kwargs={"alpha": 0.6, "beta": 0.4, "backend": backend, "seed": 0},
-    )  # fmt: skip
+    )
     buf = model.replay_buffer
     assert isinstance(buf, PrioritizedReplayBuffer)
     model.learn(300)
@@ -166,9 +173,14 @@ def test_prioritized_dqn_learns_end_to_end(backend: str) -> None:
 
 def test_linear_schedule_beta_is_counted_in_gradient_steps() -> None:
     model = PrioritizedDQN(
-        "MlpPolicy", "CartPole-v1", learning_starts=10**6, buffer_size=500, device="cpu", seed=0,
+        "MlpPolicy",
+        "CartPole-v1",
+        learning_starts=10**6,
+        buffer_size=500,
+        device="cpu",
+        seed=0,
         replay_buffer_kwargs={"beta": LinearSchedule(0.2, 1.0, 10)},
-    )  # fmt: skip
+    )
     model.learn(100)  # fills the buffer, no training yet
     model.train(gradient_steps=5, batch_size=8)
     assert model.replay_buffer.beta == pytest.approx(0.2 + 0.8 * 5 / 10)
@@ -218,9 +230,16 @@ def test_bad_dqn_and_update_arguments_raise_value_error_naming_them() -> None:
 
 def _model(cls: type[DQN], **kwargs: Any) -> DQN:
     model = cls(
-        "MlpPolicy", "CartPole-v1", learning_starts=0, buffer_size=256, policy_kwargs={"net_arch": [16]},
-        device="cpu", seed=0, learning_rate=1e-2, **kwargs,
-    )  # fmt: skip
+        "MlpPolicy",
+        "CartPole-v1",
+        learning_starts=0,
+        buffer_size=256,
+        policy_kwargs={"net_arch": [16]},
+        device="cpu",
+        seed=0,
+        learning_rate=1e-2,
+        **kwargs,
+    )
     model.set_logger(Logger(folder=None, output_formats=[]))  # train() without learn()
     return model
 
@@ -230,9 +249,13 @@ def _cartpole_batch_buffer(model: PrioritizedDQN, steps: int = 120) -> None:
     for _ in range(steps):
         obs = rng.normal(size=(1, 4)).astype(np.float32)
         model.replay_buffer.add(
-            obs, obs + 0.1, rng.integers(0, 2, size=1), rng.normal(size=1).astype(np.float32),
-            rng.random(1) < 0.1, [{}],
-        )  # fmt: skip
+            obs,
+            obs + 0.1,
+            rng.integers(0, 2, size=1),
+            rng.normal(size=1).astype(np.float32),
+            rng.random(1) < 0.1,
+            [{}],
+        )
 
 
 def test_loss_and_update_equal_sb3_dqn_at_alpha0_beta0() -> None:
@@ -287,8 +310,22 @@ def test_cartpole_recipe_tiny(tmp_path: Any) -> None:
     from recipes import sb3_cartpole as rec
 
     out = tmp_path / "cp"
-    result = rec.main(["--seeds", "1", "--timesteps", "1100", "--eval_episodes", "1", "--curve_points", "4",
-                       "--arms", "uniform,rank", "--out", str(out)])  # fmt: skip
+    result = rec.main(
+        [
+            "--seeds",
+            "1",
+            "--timesteps",
+            "1100",
+            "--eval_episodes",
+            "1",
+            "--curve_points",
+            "4",
+            "--arms",
+            "uniform,rank",
+            "--out",
+            str(out),
+        ]
+    )
     assert set(result["arms"]) == {"uniform", "rank"}
     for suffix in ("json", "png", "md"):
         assert (tmp_path / f"cp.{suffix}").stat().st_size > 0
@@ -305,9 +342,16 @@ def test_save_load_round_trip_keeps_priorities_and_draws(tmp_path: Any) -> None:
     import gymnasium as gym
 
     model = PrioritizedDQN(
-        "MlpPolicy", "CartPole-v1", learning_starts=50, buffer_size=500, device="cpu", seed=0,
-        policy_kwargs={"net_arch": [16]}, replay_buffer_kwargs={"backend": "rank", "seed": 0}, beta_final=0.9,
-    )  # fmt: skip
+        "MlpPolicy",
+        "CartPole-v1",
+        learning_starts=50,
+        buffer_size=500,
+        device="cpu",
+        seed=0,
+        policy_kwargs={"net_arch": [16]},
+        replay_buffer_kwargs={"backend": "rank", "seed": 0},
+        beta_final=0.9,
+    )
     model.learn(150)
     model.save(tmp_path / "model.zip")
     model.save_replay_buffer(tmp_path / "replay.pkl")

@@ -54,9 +54,16 @@ def test_round_trip_gives_identical_future_draws(backend, capacity):
     """After loading into a fresh sampler of the same capacity and backend (other seed, other
     options), hundreds of draws interleaved with updates, adds and removes are identical."""
     a = PrioritizedSampler(
-        capacity, backend=backend, alpha=0.7, beta=LinearSchedule(0.4, 1.0, 50), weight_norm="batch",
-        size=capacity // 2, batch_size=5, num_samples=11, seed=1,
-    )  # fmt: skip
+        capacity,
+        backend=backend,
+        alpha=0.7,
+        beta=LinearSchedule(0.4, 1.0, 50),
+        weight_norm="batch",
+        size=capacity // 2,
+        batch_size=5,
+        num_samples=11,
+        seed=1,
+    )
     churn(a, np.random.default_rng(0), 200)
     a.set_epoch(3)
     state = a.state_dict()

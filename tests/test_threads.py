@@ -166,10 +166,14 @@ def reference_of(sampler: PrioritizedSampler) -> ReferenceSampler:
     """The naive model holding the sampler's final priorities, corrections, rank ties and step."""
     state = sampler.state_dict()
     model = ReferenceSampler(
-        sampler.capacity, alpha=sampler.alpha, beta=state["beta"] if isinstance(state["beta"], float) else
-        LinearSchedule(**state["beta"]), eps=sampler.eps, backend=sampler.backend_name,
-        weight_norm=sampler.weight_norm, size=0,
-    )  # fmt: skip
+        sampler.capacity,
+        alpha=sampler.alpha,
+        beta=state["beta"] if isinstance(state["beta"], float) else LinearSchedule(**state["beta"]),
+        eps=sampler.eps,
+        backend=sampler.backend_name,
+        weight_norm=sampler.weight_norm,
+        size=0,
+    )
     raw = state["priorities"]
     factors = sampler.corrections if isinstance(sampler, CorrectedSampler) else np.ones_like(raw)
     stamps = state["backend_state"].get("stamps")
@@ -187,9 +191,13 @@ def test_actors_and_learner_leave_an_exact_sampler(backend: str, corrections: bo
     """Regression: rank and greedy samplers (and proportional ones, more rarely) raised or corrupted
     their order under concurrent add/update/sample before every public call held the lock."""
     sampler = (CorrectedSampler if corrections else PrioritizedSampler)(
-        CAPACITY, alpha=0.6, beta=LinearSchedule(0.4, 1.0, 10_000), backend=backend, size=STABLE,
+        CAPACITY,
+        alpha=0.6,
+        beta=LinearSchedule(0.4, 1.0, 10_000),
+        backend=backend,
+        size=STABLE,
         seed=0,
-    )  # fmt: skip
+    )
     if isinstance(sampler, CorrectedSampler):
         sampler.set_corrections(np.arange(STABLE), np.linspace(0.5, 2.0, STABLE))
     draws = Counter()

@@ -91,8 +91,9 @@ def test_torchrl_usage_pattern() -> None:
 
 def test_tensordict_replay_buffer_with_priority_key() -> None:
     sampler = PrioritizedSampler(16, alpha=0.7, beta=0.5, seed=1)
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(16), sampler=sampler, batch_size=6,
-                                priority_key="td_error")  # fmt: skip
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(16), sampler=sampler, batch_size=6, priority_key="td_error"
+    )
     td_error = torch.tensor([2.0, 0.3, 1.0, 3.0, 0.4])
     rb.extend(TensorDict({"obs": torch.randn(5, 3), "td_error": td_error}, batch_size=[5]))
     assert np.allclose(sampler.engine.priorities[:5], td_error.numpy())  # set from the data
@@ -261,8 +262,12 @@ def test_buffer_generator_seeds_the_draws() -> None:
     assert runs[0] == runs[1]
     state = rb.state_dict()
     expected = _steps(rb, 4, seed=2)
-    other = buffer(16, PrioritizedSampler(16, alpha=0.6, beta=0.4), batch_size=5,
-                   generator=torch.Generator().manual_seed(8))  # fmt: skip
+    other = buffer(
+        16,
+        PrioritizedSampler(16, alpha=0.6, beta=0.4),
+        batch_size=5,
+        generator=torch.Generator().manual_seed(8),
+    )
     other.load_state_dict(state)
     assert _steps(other, 4, seed=2) == expected
 

@@ -180,9 +180,18 @@ def test_free_list_row_in_use_is_rejected(name: str) -> None:
     memory = memory_copy(name)
     state = memory.state_dict()
     state["free"][state["nfree"] - 1] = _used_row(memory)  # the next row handed out
-    assert_rejected(ReplayMemory(CAPACITY, FRAME, frame_stack=memory.frame_stack,
-                                 num_streams=memory.num_streams, frame_capacity=memory.frame_capacity),
-                    state, ValueError, "state_dict free should list only unused frame rows")  # fmt: skip
+    assert_rejected(
+        ReplayMemory(
+            CAPACITY,
+            FRAME,
+            frame_stack=memory.frame_stack,
+            num_streams=memory.num_streams,
+            frame_capacity=memory.frame_capacity,
+        ),
+        state,
+        ValueError,
+        "state_dict free should list only unused frame rows",
+    )
 
 
 @pytest.mark.parametrize(
@@ -199,7 +208,7 @@ def test_free_list_row_in_use_is_rejected(name: str) -> None:
         (lambda s: s["reward"].fill(np.inf), "state_dict reward should be finite"),
         (lambda s: s["discount"].fill(1.5), r"state_dict discount should lie in \[0, 1\]"),
     ],
-)  # fmt: skip
+)
 def test_inconsistent_bookkeeping_is_rejected(edit: Callable[[dict[str, Any]], Any], match: str) -> None:
     """Bug: zeroed or off-by-one reference counts, a duplicated free row, a slot's generation, the
     streams' last stacks, the free count, the tail, non-finite rewards and discounts outside
@@ -232,10 +241,18 @@ def test_config_must_match_exactly() -> None:
     memory = ReplayMemory(1, (2,), obs_dtype=np.float32)
     memory.add([0, 0], 0, 0.0, 1.0, [1, 1])
     state = memory.state_dict()
-    assert_rejected(memory, {**state, "config": {**state["config"], "capacity": True}}, ValueError,
-                    "config capacity should be 1")  # fmt: skip
-    assert_rejected(memory, {**state, "config": {**state["config"], "n_steps": 3}}, ValueError,
-                    "config has the unexpected key 'n_steps'")  # fmt: skip
+    assert_rejected(
+        memory,
+        {**state, "config": {**state["config"], "capacity": True}},
+        ValueError,
+        "config capacity should be 1",
+    )
+    assert_rejected(
+        memory,
+        {**state, "config": {**state["config"], "n_steps": 3}},
+        ValueError,
+        "config has the unexpected key 'n_steps'",
+    )
     lists = {**state["config"], "obs_shape": [2], "action_shape": []}  # a JSON round trip
     memory.load_state_dict({**state, "config": lists})
 

@@ -116,8 +116,16 @@ def flat_rows(out: list[VectorTransitions]) -> list[tuple[int, int, int, float, 
             assert o[j, 0] // EPISODE_IDS == env, "transition stored on another env's stream"
             if isinstance(r.obs, dict):
                 assert r.obs["parity"][j] == o[j, 1] % 2 and r.next_obs["parity"][j] == n[j, 1] % 2
-            rows.append((int(o[j, 0]), int(o[j, 1]), int(r.action[j]), float(r.reward[j]),
-                         float(r.discount[j]), bool(r.episode_end[j])))  # fmt: skip
+            rows.append(
+                (
+                    int(o[j, 0]),
+                    int(o[j, 1]),
+                    int(r.action[j]),
+                    float(r.reward[j]),
+                    float(r.discount[j]),
+                    bool(r.episode_end[j]),
+                )
+            )
     return rows
 
 
@@ -166,8 +174,17 @@ def test_through_prioritized_replay_and_back() -> None:
         slots: list[np.ndarray] = []
 
         def store(rows: VectorTransitions, replay: PrioritizedReplay = replay, slots: list = slots) -> None:
-            slots.append(replay.add_many(rows.obs, rows.action, rows.reward, rows.discount, rows.next_obs,
-                                         episode_end=rows.episode_end, streams=rows.streams))  # fmt: skip
+            slots.append(
+                replay.add_many(
+                    rows.obs,
+                    rows.action,
+                    rows.reward,
+                    rows.discount,
+                    rows.next_obs,
+                    episode_end=rows.episode_end,
+                    streams=rows.streams,
+                )
+            )
 
         out = run(envs, VectorStepConverter.for_env(envs), 150, store=store)
         batch = replay.memory.get(np.concatenate(slots))
@@ -334,9 +351,13 @@ BAD_STEPS: list[tuple[str, dict[str, Any], type[Exception], str]] = [
     ("gamma str", {"gamma": "0.9"}, TypeError, "gamma should be a real number"),
     ("gamma bool", {"gamma": True}, TypeError, "gamma should be a real number"),
     ("infos", {"infos": None}, TypeError, "infos should be the dict"),
-    ("final mask", {"infos": {"final_obs": np.full(3, None), "_final_obs": np.array([True, False, False])}},
-     ValueError, r"infos\['_final_obs'\] should mark exactly"),
-]  # fmt: skip
+    (
+        "final mask",
+        {"infos": {"final_obs": np.full(3, None), "_final_obs": np.array([True, False, False])}},
+        ValueError,
+        r"infos\['_final_obs'\] should mark exactly",
+    ),
+]
 
 
 @pytest.mark.parametrize(("what", "changes", "error", "message"), BAD_STEPS, ids=[b[0] for b in BAD_STEPS])
@@ -469,7 +490,15 @@ def test_torch_tensors_and_lists_are_accepted() -> None:
     torch = pytest.importorskip("torch")
     conv = VectorStepConverter(3)
     done = torch.tensor([False, True, False])
-    rows = conv.step(torch.zeros(3, 2), [0, 1, 2], torch.ones(3, dtype=torch.float64), done,
-                     torch.zeros(3, dtype=torch.bool), torch.ones(3, 2), {}, gamma=GAMMA)  # fmt: skip
+    rows = conv.step(
+        torch.zeros(3, 2),
+        [0, 1, 2],
+        torch.ones(3, dtype=torch.float64),
+        done,
+        torch.zeros(3, dtype=torch.bool),
+        torch.ones(3, 2),
+        {},
+        gamma=GAMMA,
+    )
     assert rows.streams.tolist() == [0, 1, 2] and rows.discount.tolist() == [GAMMA, 0.0, GAMMA]
     assert conv.step(**step_args()).streams.tolist() == [0, 2]

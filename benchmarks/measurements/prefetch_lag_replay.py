@@ -64,9 +64,14 @@ class RecordingReplay(PrioritizedReplay):
 def run(backend: str, depth: int, args: argparse.Namespace) -> dict[str, float]:
     n, k, rng = args.n, args.k, np.random.default_rng(args.seed)
     replay = RecordingReplay(
-        n, (1,), obs_dtype=np.float32, alpha=0.6, beta=LinearSchedule(0.4, 1.0, args.updates),
-        backend=backend, seed=args.seed,
-    )  # fmt: skip
+        n,
+        (1,),
+        obs_dtype=np.float32,
+        alpha=0.6,
+        beta=LinearSchedule(0.4, 1.0, args.updates),
+        backend=backend,
+        seed=args.seed,
+    )
     error = np.zeros(n)  # the synthetic |δ| of each slot's transition
     obs = np.arange(n, dtype=np.float32)[:, None]
     zeros = np.zeros(n, np.int64)

@@ -66,8 +66,12 @@ def run_prisample(fill: list[Step], timed: list[Step], updates: int) -> dict[str
 def run_cpprb(fill: list[Step], timed: list[Step], updates: int) -> dict[str, float]:
     from cpprb import PrioritizedReplayBuffer
 
-    spec = {"obs": {"shape": (STACK, 84, 84), "dtype": np.ubyte}, "act": {"dtype": np.int64}, "rew": {},
-            "done": {}}  # fmt: skip
+    spec = {
+        "obs": {"shape": (STACK, 84, 84), "dtype": np.ubyte},
+        "act": {"dtype": np.int64},
+        "rew": {},
+        "done": {},
+    }
     buffer = PrioritizedReplayBuffer(len(fill), spec, next_of="obs", stack_compress="obs", alpha=0.6)
     rng = np.random.default_rng(0)
 
@@ -96,10 +100,17 @@ def nature_cnn_update(repeats: int) -> float:
 
     def cnn() -> torch.nn.Module:
         return torch.nn.Sequential(
-            torch.nn.Conv2d(STACK, 32, 8, 4), torch.nn.ReLU(), torch.nn.Conv2d(32, 64, 4, 2), torch.nn.ReLU(),
-            torch.nn.Conv2d(64, 64, 3, 1), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(3136, 512),
-            torch.nn.ReLU(), torch.nn.Linear(512, 6),
-        )  # fmt: skip
+            torch.nn.Conv2d(STACK, 32, 8, 4),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(32, 64, 4, 2),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(64, 64, 3, 1),
+            torch.nn.ReLU(),
+            torch.nn.Flatten(),
+            torch.nn.Linear(3136, 512),
+            torch.nn.ReLU(),
+            torch.nn.Linear(512, 6),
+        )
 
     online, target = cnn(), cnn()
     optimizer = torch.optim.Adam(online.parameters(), lr=6.25e-5)
@@ -132,8 +143,9 @@ def main() -> None:
     steps = transitions(args.capacity + 4000, seed=0)
     fill, timed = steps[: args.capacity], steps[args.capacity :]
     runs: dict[str, Callable[[list[Step], list[Step], int], dict[str, float]]] = {
-        "prisample": run_prisample, "cpprb": run_cpprb,
-    }  # fmt: skip
+        "prisample": run_prisample,
+        "cpprb": run_cpprb,
+    }
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in runs}
     for _ in range(args.passes):
         cnn = nature_cnn_update(10)

@@ -130,9 +130,14 @@ class TorchFrames:
     direct: npt.NDArray[Any] | None = None  # no host words to write into: frames are staged
 
     def __init__(
-        self, frame_capacity: int, frame_shape: tuple[int, ...], dtype: np.dtype[Any], word: np.dtype[Any],
-        device: torch.device, stage_frames: int,
-    ) -> None:  # fmt: skip
+        self,
+        frame_capacity: int,
+        frame_shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        word: np.dtype[Any],
+        device: torch.device,
+        stage_frames: int,
+    ) -> None:
         self.frame_shape, self.dtype, self.word, self.device = frame_shape, dtype, word, device
         self.torch_dtype = torch_dtype(dtype, "obs_dtype")
         self.frame_nbytes = dtype.itemsize * math.prod(frame_shape)
@@ -219,9 +224,11 @@ class Columns:
     """
 
     def __init__(
-        self, capacity: int, spec: dict[str, tuple[tuple[int, ...], np.dtype[Any]]],
+        self,
+        capacity: int,
+        spec: dict[str, tuple[tuple[int, ...], np.dtype[Any]]],
         device: torch.device | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.capacity, self.spec, self.device = capacity, dict(spec), device
         self.host: dict[str, npt.NDArray[Any]] = {}
         if device is None:

@@ -291,9 +291,14 @@ class FramePool:
     """
 
     def __init__(
-        self, frame_capacity: int, frame_shape: tuple[int, ...], dtype: np.dtype[Any], frame_stack: int,
-        num_streams: int, device: torch.device | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        frame_capacity: int,
+        frame_shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        frame_stack: int,
+        num_streams: int,
+        device: torch.device | None = None,
+    ) -> None:
         self.frame_capacity = frame_capacity
         self.frame_shape = frame_shape
         self.dtype = dtype
@@ -342,8 +347,16 @@ class FramePool:
     @property
     def nbytes(self) -> int:
         """Bytes of the frames (host or device) and the bookkeeping, dedup cache included."""
-        arrays = (self._refs, self._free, self._stream_obs, self._stream_next, self._stream_live, self._cache,
-                  self._cache_obs, self._cache_next)  # fmt: skip
+        arrays = (
+            self._refs,
+            self._free,
+            self._stream_obs,
+            self._stream_next,
+            self._stream_live,
+            self._cache,
+            self._cache_obs,
+            self._cache_next,
+        )
         return self.storage.nbytes + sum(a.nbytes for a in arrays)
 
     def stream_live(self, stream: int) -> bool:
@@ -392,10 +405,28 @@ class FramePool:
         else:
             stage, stage_rows, frames = self._no_frames, self._no_rows, direct
         entry, self._nfree, tail, n, self._nstage, continued = _store_kernel(
-            frames, stage, stage_rows, self._nstage, self._refs, self._free, self._nfree, obs_rows, next_rows,
-            self._stream_obs, self._stream_next, self._stream_live, self._cache, self._cache_obs,
-            self._cache_next, obs_words, next_words, stream, tail, head, released,
-        )  # fmt: skip
+            frames,
+            stage,
+            stage_rows,
+            self._nstage,
+            self._refs,
+            self._free,
+            self._nfree,
+            obs_rows,
+            next_rows,
+            self._stream_obs,
+            self._stream_next,
+            self._stream_live,
+            self._cache,
+            self._cache_obs,
+            self._cache_next,
+            obs_words,
+            next_words,
+            stream,
+            tail,
+            head,
+            released,
+        )
         return entry, tail, n, continued
 
     def flush(self) -> None:
@@ -445,8 +476,10 @@ class FramePool:
         """Raise ``ValueError`` unless the dedup cache holds the live streams' last stacks' frames
         (reads the storage: a check, not a hot path)."""
         for s in np.flatnonzero(self._stream_live):
-            for name, rows, slots in (("obs", self._stream_obs[s], self._cache_obs[s]),
-                                      ("next_obs", self._stream_next[s], self._cache_next[s])):  # fmt: skip
+            for name, rows, slots in (
+                ("obs", self._stream_obs[s], self._cache_obs[s]),
+                ("next_obs", self._stream_next[s], self._cache_next[s]),
+            ):
                 held = self._cache[s, slots].view(np.uint8).reshape(-1)
                 stored = np.asarray(_to_host(self.gather(rows))).reshape(-1).view(np.uint8)
                 if not np.array_equal(held, stored):
@@ -473,15 +506,21 @@ class FramePool:
                 fail(key, f"should hold frame rows in [0, {f}), but got {key}{index}={rows[where]}")
         stream_live = a["stream_live"]
         uses = np.concatenate(
-            [*(s.ravel() for s in stacks), a["stream_obs"][stream_live].ravel(),
-             a["stream_next"][stream_live].ravel()]
-        )  # fmt: skip
+            [
+                *(s.ravel() for s in stacks),
+                a["stream_obs"][stream_live].ravel(),
+                a["stream_next"][stream_live].ravel(),
+            ]
+        )
         count = np.bincount(uses, minlength=f)
         refs = a["refs"]
         if not np.array_equal(refs, count):
             j = int(np.argmax(refs != count))
-            fail("refs", f"should count the uses of each frame row by live transitions and streams, "
-                         f"but got refs[{j}]={refs[j]} for {count[j]} uses")  # fmt: skip
+            fail(
+                "refs",
+                f"should count the uses of each frame row by live transitions and streams, "
+                f"but got refs[{j}]={refs[j]} for {count[j]} uses",
+            )
         unused = np.flatnonzero(count == 0)
         if nfree != unused.shape[0]:
             fail(

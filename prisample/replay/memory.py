@@ -43,15 +43,35 @@ from prisample.vector_env import VectorStepConverter
 # until the first add) and the vector-step converter.  Version 1 states still load.
 STATE_VERSION = 2
 _LOADABLE_VERSIONS = (1, 2)
-_V1_CONFIG = ("capacity", "obs_shape", "obs_dtype", "frame_stack", "action_shape", "action_dtype",
-              "num_streams", "frame_capacity")  # fmt: skip
+_V1_CONFIG = (
+    "capacity",
+    "obs_shape",
+    "obs_dtype",
+    "frame_stack",
+    "action_shape",
+    "action_dtype",
+    "num_streams",
+    "frame_capacity",
+)
 # Extra frame-pool rows per transition slot beyond one frame each: room for episode starts
 # (documented bound in ReplayMemory's docstring).
 _FRAME_SLACK_DIVISOR = 64
 _SMALL_FRAME_BYTES = 1024
 # Names an extra cannot take: the batch's fields and add's own arguments.
-_RESERVED = frozenset({*FIELDS, "extras", "episode_end", "stream", "streams", "terminated", "truncated",
-                       "infos", "gamma", "autoreset_mode"})  # fmt: skip
+_RESERVED = frozenset(
+    {
+        *FIELDS,
+        "extras",
+        "episode_end",
+        "stream",
+        "streams",
+        "terminated",
+        "truncated",
+        "infos",
+        "gamma",
+        "autoreset_mode",
+    }
+)
 
 IntArray = npt.NDArray[np.int64]
 DTypes = np.dtype[Any] | dict[str, np.dtype[Any]]
@@ -508,8 +528,11 @@ class ReplayMemory:
         ``reward`` that is not finite as float32, a ``discount`` outside ``[0, 1]``, an extra
         missing or not declared.
         """
-        return int(self.insert(obs, action, reward, discount, next_obs, episode_end=episode_end,
-                               stream=stream, **extras).slots[0])  # fmt: skip
+        return int(
+            self.insert(
+                obs, action, reward, discount, next_obs, episode_end=episode_end, stream=stream, **extras
+            ).slots[0]
+        )
 
     def insert(
         self,
@@ -548,13 +571,18 @@ class ReplayMemory:
             self._attach(self._allocate(dtype))
             if self.frame_pool is not None:
                 obs_a, next_a = self.frame_pool.as_words(obs_a), self.frame_pool.as_words(next_a)
-        slot, evicted, completed = self._commit(obs_a, next_a, action_a, reward_f, discount_f,
-                                                bool(episode_end), int(stream), extra_rows, 0)  # fmt: skip
+        slot, evicted, completed = self._commit(
+            obs_a, next_a, action_a, reward_f, discount_f, bool(episode_end), int(stream), extra_rows, 0
+        )
         if self.frame_pool is not None:
             self.frame_pool.flush()  # a device pool's staged frames in one write
         slots = np.array([slot], dtype=np.int64)
-        return Inserted(slots, evicted, np.array([evicted.shape[0]], dtype=np.int64),
-                        slots if completed is None else completed)  # fmt: skip
+        return Inserted(
+            slots,
+            evicted,
+            np.array([evicted.shape[0]], dtype=np.int64),
+            slots if completed is None else completed,
+        )
 
     def _commit(
         self,
@@ -602,8 +630,16 @@ class ReplayMemory:
             return slot, evicted, None
         if n:
             self._nstep.evict(evicted, np.arange(tail0, tail0 + n, dtype=np.int64))
-        done = self._nstep.push(slot, head, stream, reward, discount, episode_end=episode_end,
-                                continues=bool(continued), out=self._completed)  # fmt: skip
+        done = self._nstep.push(
+            slot,
+            head,
+            stream,
+            reward,
+            discount,
+            episode_end=episode_end,
+            continues=bool(continued),
+            out=self._completed,
+        )
         return slot, evicted, done.copy()
 
     def _store_dict(
@@ -789,9 +825,16 @@ class ReplayMemory:
         total = 0
         for i in range(n):
             slots[i], out, done = self._commit(
-                obs_rows[i], next_rows[i], action_a[i], float(rewards[i]), float(discounts[i]),
-                bool(ends[i]), int(ids[i]), extra_rows, i,
-            )  # fmt: skip
+                obs_rows[i],
+                next_rows[i],
+                action_a[i],
+                float(rewards[i]),
+                float(discounts[i]),
+                bool(ends[i]),
+                int(ids[i]),
+                extra_rows,
+                i,
+            )
             if out.shape[0]:
                 evicted.append(out)
                 total += out.shape[0]
@@ -853,9 +896,17 @@ class ReplayMemory:
         nothing (the converter included).
         """
         return self.insert_vector_step(
-            obs, action, reward, terminated, truncated, next_obs, infos, gamma=gamma,
-            autoreset_mode=autoreset_mode, **extras,
-        ).slots  # fmt: skip
+            obs,
+            action,
+            reward,
+            terminated,
+            truncated,
+            next_obs,
+            infos,
+            gamma=gamma,
+            autoreset_mode=autoreset_mode,
+            **extras,
+        ).slots
 
     def insert_vector_step(
         self,
@@ -901,9 +952,15 @@ class ReplayMemory:
                     )
                 picked[name] = array[rows.streams]
             done = self.insert_many(
-                rows.obs, rows.action, rows.reward, rows.discount, rows.next_obs,
-                episode_end=rows.episode_end, streams=rows.streams, **picked,
-            )  # fmt: skip
+                rows.obs,
+                rows.action,
+                rows.reward,
+                rows.discount,
+                rows.next_obs,
+                episode_end=rows.episode_end,
+                streams=rows.streams,
+                **picked,
+            )
         except BaseException:
             converter.load_state_dict(saved)
             raise
@@ -1013,9 +1070,10 @@ class ReplayMemory:
             if 0 < s < stack and np.array_equal(obs_rows[:, s:], next_rows[:, :-s]):
                 shift = s
             rows = (
-                np.concatenate((obs_rows, next_rows[:, -shift:]), axis=1) if shift
+                np.concatenate((obs_rows, next_rows[:, -shift:]), axis=1)
+                if shift
                 else np.stack((obs_rows, next_rows), axis=1)  # (k, 2, stack)
-            )  # fmt: skip
+            )
         storage = self._storage
         assert storage is not None
         obs: Any
@@ -1074,9 +1132,15 @@ class ReplayMemory:
                     obs, next_obs = obs[:, 0], next_obs[:, 0]
         extras = {name: columns[f"extra.{name}"] for name in self.extras}
         return ReplayBatch(
-            obs, columns["action"], columns["reward"], columns["discount"], next_obs, columns["generation"],
-            extras, weights=batch_weights,
-        )  # fmt: skip
+            obs,
+            columns["action"],
+            columns["reward"],
+            columns["discount"],
+            next_obs,
+            columns["generation"],
+            extras,
+            weights=batch_weights,
+        )
 
     def _slots(self, slots: npt.ArrayLike, name: str = "slots") -> IntArray:
         """``slots`` checked in range; errors name the argument as the caller's caller calls it."""
@@ -1109,8 +1173,11 @@ class ReplayMemory:
 
     def _state_spec(self, storage: _Storage | None) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
         """Dtype and shape of each state array with ``storage`` (no copy of frames on a device)."""
-        spec = {name: (a.dtype, a.shape) for name, a in self._state_arrays(pool=False).items()
-                if name in self._RING_ARRAYS or name.startswith("extra.")}  # fmt: skip
+        spec = {
+            name: (a.dtype, a.shape)
+            for name, a in self._state_arrays(pool=False).items()
+            if name in self._RING_ARRAYS or name.startswith("extra.")
+        }
         if storage is not None:
             if storage.pool is None:
                 spec.update({name: (a.dtype, a.shape) for name, a in storage.columns.items()})
@@ -1138,9 +1205,13 @@ class ReplayMemory:
         if self.vector_converter is not None:
             vector = {"configured": self._vector_configured, "converter": self.vector_converter.state_dict()}
         return {
-            "version": STATE_VERSION, "config": self._config(), **arrays, **self._counters(),
-            "nstep": None if self._nstep is None else self._nstep.state_dict(), "vector": vector,
-        }  # fmt: skip
+            "version": STATE_VERSION,
+            "config": self._config(),
+            **arrays,
+            **self._counters(),
+            "nstep": None if self._nstep is None else self._nstep.state_dict(),
+            "vector": vector,
+        }
 
     def _config(self) -> dict[str, Any]:
         dtype = self.obs_dtype
@@ -1274,11 +1345,17 @@ class ReplayMemory:
             if key in ("obs_dtype", "frame_capacity"):
                 continue
             if key == "extras":
-                same = isinstance(config[key], dict) and config[key].keys() == value.keys() and all(
-                    isinstance(config[key][n], (tuple, list)) and len(config[key][n]) == 2
-                    and same_config_value(config[key][n][0], value[n][0]) and config[key][n][1] == value[n][1]
-                    for n in value
-                )  # fmt: skip
+                same = (
+                    isinstance(config[key], dict)
+                    and config[key].keys() == value.keys()
+                    and all(
+                        isinstance(config[key][n], (tuple, list))
+                        and len(config[key][n]) == 2
+                        and same_config_value(config[key][n][0], value[n][0])
+                        and config[key][n][1] == value[n][1]
+                        for n in value
+                    )
+                )
             elif isinstance(value, dict):
                 same = (
                     isinstance(config[key], dict)
@@ -1403,16 +1480,22 @@ class ReplayMemory:
         if storage is None and head != 0:
             fail("head", f"should be 0 while obs_dtype is None (nothing added), but got head={head}")
         if not max(0, head - c) <= tail <= head:
-            fail("tail", f"should lie in [max(0, head - capacity), head] = [{max(0, head - c)}, {head}], "
-                         f"but got tail={tail}")  # fmt: skip
+            fail(
+                "tail",
+                f"should lie in [max(0, head - capacity), head] = [{max(0, head - c)}, {head}], "
+                f"but got tail={tail}",
+            )
         slots = np.arange(c, dtype=np.int64)
         # Slot s last held the largest transition number below head that is s modulo capacity.
         last = np.where(slots < head, slots + c * ((head - 1 - slots) // c), -1)
         generation = a["generation"]
         if not np.array_equal(generation, last):
             j = int(np.argmax(generation != last))
-            fail("generation", f"should be {last[j]} in slot {j} after head={head} adds (the transition "
-                               f"written there last), but got generation[{j}]={generation[j]}")  # fmt: skip
+            fail(
+                "generation",
+                f"should be {last[j]} in slot {j} after head={head} adds (the transition "
+                f"written there last), but got generation[{j}]={generation[j]}",
+            )
         live = last >= tail
         pool = None if storage is None else storage.pool
         if pool is not None:
@@ -1428,8 +1511,11 @@ class ReplayMemory:
         stream_ended = a["stream_ended"]
         if not (stream_live | stream_ended).all():
             j = int(np.argmin(stream_live | stream_ended))
-            fail("stream_ended", f"should be True for a stream without transitions, but got "
-                                 f"stream_ended[{j}]=False with stream_live[{j}]=False")  # fmt: skip
+            fail(
+                "stream_ended",
+                f"should be True for a stream without transitions, but got "
+                f"stream_ended[{j}]=False with stream_live[{j}]=False",
+            )
         if int(stream_live.sum()) > head:
             fail("stream_live", f"should mark at most head={head} streams, but got {int(stream_live.sum())}")
         if pool is not None:

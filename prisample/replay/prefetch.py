@@ -113,9 +113,11 @@ class Prefetcher(Iterator[Item]):
         self._room = threading.Semaphore(self.depth)
         self._halt = threading.Event()
         self._thread = threading.Thread(
-            target=_produce, args=(replay, self.k, self.total, self._queue, self._room, self._halt),
-            name="prisample-prefetch", daemon=True,
-        )  # fmt: skip
+            target=_produce,
+            args=(replay, self.k, self.total, self._queue, self._room, self._halt),
+            name="prisample-prefetch",
+            daemon=True,
+        )
         self._thread.start()
         self._finalizer = weakref.finalize(self, _stop, self._halt, self._room)
 

@@ -129,14 +129,28 @@ class PrioritizedReplay:
                 stack, check_positive_int(num_streams, "num_streams")
             )
         self.sampler = PrioritizedSampler(
-            check_positive_int(capacity, "capacity"), alpha=alpha, beta=beta, eps=eps,
-            backend=backend, weight_norm=weight_norm, size=0, seed=seed,
-        )  # fmt: skip
+            check_positive_int(capacity, "capacity"),
+            alpha=alpha,
+            beta=beta,
+            eps=eps,
+            backend=backend,
+            weight_norm=weight_norm,
+            size=0,
+            seed=seed,
+        )
         self.memory = ReplayMemory(
-            capacity, obs_shape, obs_dtype=obs_dtype, frame_stack=frame_stack,
-            action_shape=action_shape, action_dtype=action_dtype, num_streams=num_streams,
-            frame_capacity=frame_capacity, n_step=n_step, extras=extras, device=device,
-        )  # fmt: skip
+            capacity,
+            obs_shape,
+            obs_dtype=obs_dtype,
+            frame_stack=frame_stack,
+            action_shape=action_shape,
+            action_dtype=action_dtype,
+            num_streams=num_streams,
+            frame_capacity=frame_capacity,
+            n_step=n_step,
+            extras=extras,
+            device=device,
+        )
         self._drawn = np.full(self.memory.capacity, -1, dtype=np.int64)  # generation at last draw
         self.dropped_updates = 0
         self._evictor = PriorityEviction(self.memory.capacity) if self.eviction == "priority" else None
@@ -180,8 +194,9 @@ class PrioritizedReplay:
         with self.lock:
             swaps, head = self._make_room(1), self.memory.num_added
             try:
-                done = self.memory.insert(obs, action, reward, discount, next_obs, episode_end=episode_end,
-                                          stream=stream, **extras)  # fmt: skip
+                done = self.memory.insert(
+                    obs, action, reward, discount, next_obs, episode_end=episode_end, stream=stream, **extras
+                )
             except BaseException:
                 self._unmake_room(swaps)
                 raise
@@ -279,9 +294,17 @@ class PrioritizedReplay:
             swaps, head = self._make_room(_leading(reward)), self.memory.num_added  # at most one per env
             try:
                 done = self.memory.insert_vector_step(
-                    obs, action, reward, terminated, truncated, next_obs, infos, gamma=gamma,
-                    autoreset_mode=autoreset_mode, **extras,
-                )  # fmt: skip
+                    obs,
+                    action,
+                    reward,
+                    terminated,
+                    truncated,
+                    next_obs,
+                    infos,
+                    gamma=gamma,
+                    autoreset_mode=autoreset_mode,
+                    **extras,
+                )
             except BaseException:
                 self._unmake_room(swaps)
                 raise
