@@ -1,13 +1,14 @@
 """Where prisample's DQN step (sample 32 + weights + update 32) spends its time.
 
-Four views.  The public calls timed alone (uninstrumented).  The same calls and their internal
-pieces on a small sampler (``components_n`` slots, all in cache), where the difference between a
-public call and its compiled kernels is the fixed cost of the Python layers.  A ``cProfile`` run
-over many steps, reported as self time per step of each function (instrumentation inflates every
-Python-level call by roughly its own overhead, so the profiled total exceeds the real one).  The
-fixed costs any implementation in Python pays per call, for scale (an empty numba kernel call
-with five array arguments, a 32-element numpy operation, a Python method call).  Timings are the
-lowest of three interleaved measurements: slow spells of a shared machine hit one, not all.
+Four views.  The public calls timed alone (uninstrumented).  The same calls and their phases on a
+small sampler (``components_n`` slots, all in cache): the backend's draw, the weights, the
+backend's write (:func:`step_components`), where the difference between a public call and its
+phases is the fixed cost of the sampler's Python layer.  A ``cProfile`` run over many steps,
+reported as self time per step of each function (instrumentation inflates every Python-level call
+by roughly its own overhead, so the profiled total exceeds the real one).  The fixed costs any
+implementation in Python pays per call, for scale (an empty numba kernel call with five array
+arguments, a 32-element numpy operation, a Python method call).  Timings are the lowest of three
+interleaved measurements: slow spells of a shared machine hit one, not all.
 """
 
 from __future__ import annotations
@@ -21,9 +22,14 @@ from typing import Any
 
 import numba
 import numpy as np
+import numpy.typing as npt
 
 from benchmarks.peers import Prisample
-from benchmarks.timing import CpuMonitor, measure, measure_quiet
+from benchmarks.timing import QUIET, CpuMonitor, QuietPolicy, measure, measure_quiet
+from prisample import PrioritizedSampler
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 
 @numba.njit(cache=False)
@@ -41,7 +47,7 @@ class ProfileResult:
     n: int
     backend: str
     calls: dict[str, float] = field(default_factory=dict)  # µs, uninstrumented
-    # µs, uninstrumented: the internal pieces, on a sampler of ``components_n`` slots (all in cache)
+    # µs, uninstrumented: step_components on a sampler of ``components_n`` slots (all in cache)
     components: dict[str, float] = field(default_factory=dict)
     components_n: int = 0
     profiled_total_us: float = 0.0
@@ -63,64 +69,81 @@ def _short(key: tuple[str, int, str]) -> str:
 
 
 def _least_of(
-    cases: dict[str, Callable[[], object]], *, reps: int, block_s: float, repeats: int = 3
+    cases: dict[str, Callable[[], object]],
+    *,
+    reps: int,
+    block_s: float,
+    repeats: int = 3,
+    policy: QuietPolicy = QUIET,
 ) -> dict[str, float]:
     """Per case, the lowest of ``repeats`` interleaved measurements (slow spells of the machine
     hit one measurement, not all)."""
     best: dict[str, float] = {}
     for _ in range(repeats):
-        times, _, _ = measure_quiet(cases, reps=reps, block_s=block_s)
+        times, _, _ = measure_quiet(cases, reps=reps, block_s=block_s, policy=policy)
         for key, value in times.items():
             best[key] = min(best.get(key, float("inf")), value)
     return best
 
 
-def _components(
-    sampler: Any, idx: list[np.ndarray], new: list[np.ndarray], *, reps: int, block_s: float
+def step_components(
+    sampler: PrioritizedSampler,
+    slots: list[IntArray],
+    priorities: list[FloatArray],
+    *,
+    reps: int,
+    block_s: float,
+    repeats: int = 3,
+    policy: QuietPolicy = QUIET,
 ) -> dict[str, float]:
-    """The internal pieces of ``sample`` and ``update_priorities``, timed alone (µs).
+    """The phases of one DQN step on ``sampler``, each timed alone beside the public calls they
+    make up (µs; 32 slots a call, ``slots[j]`` written with ``priorities[j]`` in turn).
 
-    Uses private attributes (``_backend``, ``_rng``, ``_weights``); pieces the current code does
-    not have are skipped.  ``public - pieces`` is the rest: validation, conversion, ``Draw``.
+    The phases: the draw (``sampler.backend.sample``), the importance weights of the drawn slots
+    (the sampler's ``_weights`` hook, ``w_i = (N · P(i))^-β / max_j w_j``, Sec. 3.4) and the write
+    of the new priorities (``sampler.backend.write``).  A public call less its phases is the
+    sampler's own layer: argument checks and conversion, the lock, β, ``Draw``.
+
+    The draws here use a generator of their own (a draw costs the same whoever's generator it
+    advances) and the writes go to the backend directly, as only a benchmark may: the raw
+    priorities it shares with the sampler stay in step, and a ``PrioritizedSampler``'s
+    ``_written`` hook does nothing.
     """
-    backend = getattr(sampler, "_backend", None)
-    write = getattr(backend, "write", None) or getattr(backend, "set", None)
-    if backend is None or write is None or not hasattr(sampler, "_weights"):
-        return {}
-    _, probabilities = backend.sample(32, sampler._rng)
+    backend = sampler.backend
+    rng = np.random.default_rng(2)
+    drawn, probabilities = backend.sample(32, rng)
     counter = [0]
 
     def backend_write() -> None:
         counter[0] = (counter[0] + 1) & 4095
-        write(idx[counter[0]], new[counter[0]])
+        backend.write(slots[counter[0]], priorities[counter[0]])
 
     def update() -> None:
         counter[0] = (counter[0] + 1) & 4095
-        sampler.update_priorities(idx[counter[0]], new[counter[0]])
+        sampler.update_priorities(slots[counter[0]], priorities[counter[0]])
 
     def step() -> None:
         counter[0] = (counter[0] + 1) & 4095
         draw = sampler.sample(32)
-        sampler.update_priorities(draw.indices, new[counter[0]])
+        sampler.update_priorities(draw.indices, priorities[counter[0]])
 
-    try:
-        t = _least_of(
-            {
-                "DQN step": step,
-                "sample(32)": lambda: sampler.sample(32),
-                "backend.sample(32)": lambda: backend.sample(32, sampler._rng),
-                "_weights(32)": lambda: sampler._weights(probabilities),
-                "update_priorities(32)": update,
-                "backend write(32)": backend_write,
-            },
-            reps=reps,
-            block_s=block_s,
-        )
-    except Exception:  # the internals moved: skip this view
-        return {}
-    t["sample: rest (checks, β, Draw)"] = t["sample(32)"] - t["backend.sample(32)"] - t["_weights(32)"]
-    t["update: rest (conversion, validation)"] = t["update_priorities(32)"] - t["backend write(32)"]
-    t["DQN step: outside the backend"] = t["DQN step"] - t["backend.sample(32)"] - t["backend write(32)"]
+    t = _least_of(
+        {
+            "DQN step": step,
+            "sample(32)": lambda: sampler.sample(32),
+            "backend.sample(32)": lambda: backend.sample(32, rng),
+            "_weights(32)": lambda: sampler._weights(drawn, probabilities),
+            "update_priorities(32)": update,
+            "backend.write(32)": backend_write,
+        },
+        reps=reps,
+        block_s=block_s,
+        repeats=repeats,
+        policy=policy,
+    )
+    t["sample: rest (checks, lock, β, Draw)"] = t["sample(32)"] - t["backend.sample(32)"] - t["_weights(32)"]
+    t["update: rest (conversion, checks, lock)"] = t["update_priorities(32)"] - t["backend.write(32)"]
+    t["DQN step: outside the backend"] = t["DQN step"] - t["backend.sample(32)"] - t["backend.write(32)"]
     return t
 
 
@@ -133,6 +156,8 @@ def profile_dqn(
     block_s: float,
     log: Callable[[str], None],
     components_n: int = 1 << 10,
+    repeats: int = 3,
+    policy: QuietPolicy = QUIET,
 ) -> ProfileResult:
     rng = np.random.default_rng(1)
     peer = Prisample(n, backend=backend, seed=1)
@@ -158,7 +183,9 @@ def profile_dqn(
     small_peer = Prisample(components_n, backend=backend, seed=1)
     small_peer.fill(np.abs(rng.standard_normal(components_n)))
     small_idx = [rng.integers(0, components_n, 32) for _ in range(4096)]
-    result.components = _components(small_peer.sampler, small_idx, new, reps=reps, block_s=block_s)
+    result.components = step_components(
+        small_peer.sampler, small_idx, new, reps=reps, block_s=block_s, repeats=repeats, policy=policy
+    )
     arrays = [np.zeros(8) for _ in range(5)]
     small = np.random.default_rng(0).random(32)
     obj = _Obj()
@@ -167,6 +194,8 @@ def profile_dqn(
             {"DQN step": step, "sample(32)": sample_only, "update_priorities(32)": update_only},
             reps=reps,
             block_s=block_s,
+            repeats=repeats,
+            policy=policy,
         )
     result.others_cpu = monitor.others
     result.floors = measure(
@@ -186,6 +215,7 @@ def profile_dqn(
     stats = pstats.Stats(profiler)
     entries = []
     total = 0.0
+    # The raw table: get_stats_profile() rounds times to ms.  Not in typeshed, hence the ignore.
     for key, (_cc, ncalls, tottime, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]
         total += tottime
         entries.append(

@@ -180,9 +180,7 @@ def points_from_stdout(stdout: str, learning_starts: int, train_frequency: int) 
 
 def points_from_tensorboard(run_dir: Path) -> list[tuple[int, float, float]]:
     """``(global_step, SPS, wall_time)`` of every ``charts/SPS`` event under ``run_dir``."""
-    from tensorboard.backend.event_processing.event_accumulator import (  # type: ignore[import-untyped]
-        EventAccumulator,
-    )
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     points: list[tuple[int, float, float]] = []
     for events in sorted(run_dir.rglob("events.out.tfevents.*")):

@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
@@ -37,6 +37,10 @@ from prisample.sampler import Draw
 from recipes.imbalanced_mnist import ImbalancedClassifier, ImbalancedMNISTDataModule
 
 TARGET = 0.05
+
+Arm = Literal["uniform", "prioritized"]
+"""The data module's ``sampler``: torch's ``RandomSampler`` or the prioritized one."""
+ARMS: tuple[Arm, ...] = ("uniform", "prioritized")
 
 
 @dataclass(frozen=True)
@@ -98,10 +102,10 @@ class Model(ImbalancedClassifier):
         return []  # the timed callback is passed to the Trainer
 
 
-def epoch(arm: str, root: str, seed: int, limit_batches: int | None = None) -> dict[str, Any]:
+def epoch(arm: Arm, root: str, seed: int, limit_batches: int | None = None) -> dict[str, Any]:
     """Seconds of one training epoch, and for the prioritized arm the seconds inside prisample."""
     pl.seed_everything(seed, verbose=False)
-    data = ImbalancedMNISTDataModule(root=root, sampler=arm, download=False)  # type: ignore[arg-type]
+    data = ImbalancedMNISTDataModule(root=root, sampler=arm, download=False)
     data.setup("fit")
     callbacks: list[Callback] = [timer := EpochTimer()]
     if data.prioritized_sampler is not None:
@@ -131,7 +135,7 @@ def main(config: EpochOverheadConfig) -> dict[str, Any]:
     torch.set_num_threads(1)
     runs = []
     for r in range(config.repeats):
-        for arm in ("uniform", "prioritized"):
+        for arm in ARMS:
             runs.append(epoch(arm, config.root, seed=r, limit_batches=config.limit_batches))
             print(f"{arm}: {runs[-1]['seconds']:.2f} s", file=sys.stderr)
     uniform = [x for x in runs if x["arm"] == "uniform"]

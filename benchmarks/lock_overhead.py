@@ -71,6 +71,7 @@ class LockFreeSampler(PrioritizedSampler):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # Not an RLock, which is the point: the sampler's calls run with no lock at all.
         self._lock = _NoLock()  # type: ignore[assignment]
 
 

@@ -150,12 +150,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "local sample": lambda: local.sample(k),
         "local sample+update": local_update,
     }
+
+    def remote_cases(remote: RemoteReplay) -> dict[str, Callable[[], object]]:
+        return {
+            "add": lambda: ray.get(remote.add(batch_chunk, chunk_values)),
+            "sample": lambda: remote.sample(k),
+            "sample+update": lambda: ray.get(remote.update_priorities(remote.sample(k), errors)),
+        }
+
     for s, remote in remotes.items():
-        cases[f"ray {s} shard add"] = lambda remote=remote: ray.get(remote.add(batch_chunk, chunk_values))
-        cases[f"ray {s} shard sample"] = lambda remote=remote: remote.sample(k)
-        cases[f"ray {s} shard sample+update"] = lambda remote=remote: ray.get(
-            remote.update_priorities(remote.sample(k), errors)
-        )
+        for what, case in remote_cases(remote).items():
+            cases[f"ray {s} shard {what}"] = case
     samples = measure(cases, config["rounds"], config["block"])
 
     # the learner's wait for a prefetched batch while a simulated update runs between batches
@@ -165,7 +170,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         waits[f"ray {s} shard prefetched"] = []
         with remote.prefetch(k, depth=1, total=steps + 5) as batches:
             for j in range(steps + 5):
-                wait = timed(lambda batches=batches: next(batches))
+                wait = timed(lambda: next(batches))
                 time.sleep(config["train_ms"] / 1e3)  # a GPU update: the GIL is free meanwhile
                 if j >= 5:
                     waits[f"ray {s} shard prefetched"].append(wait)

@@ -130,8 +130,8 @@ def run(device_name: str, n: int, steps: int, blocks: int, period: int) -> dict[
     replay = build(n, device_name)
     start = time.perf_counter()
     fill_steps = -(-n // ENVS)
-    for step in range(fill_steps):
-        add_step(replay, stream, step)
+    for fill_step in range(fill_steps):
+        add_step(replay, stream, fill_step)
     _sync(device)
     results["fill_s"] = time.perf_counter() - start
     results["nbytes"] = replay.nbytes

@@ -78,6 +78,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from benchmarks.timing import QuietPolicy, measure_quiet
 
@@ -182,7 +183,7 @@ def make_stream(period: int, seed: int = 0) -> Stream:
     )
 
 
-def _slot_transitions(slots: np.ndarray, added: int, capacity: int) -> np.ndarray:
+def _slot_transitions(slots: npt.NDArray[np.int64], added: int, capacity: int) -> npt.NDArray[np.int64]:
     """Number of the transition a ring of ``capacity`` slots holds in ``slots`` after ``added``."""
     return slots + capacity * ((added - 1 - slots) // capacity)
 
@@ -489,10 +490,10 @@ def run_size(
         libs["cpprb"] = {}
         builders["cpprb"] = lambda: Cpprb(stream, n)
     if "TorchRL" in peers:
-        n_t, why = torchrl_capacity(n, config.get("scratch"), config.get("disk_margin_gb", 10.0))
+        n_t, disk_note = torchrl_capacity(n, config.get("scratch"), config.get("disk_margin_gb", 10.0))
         libs["TorchRL"] = {"n_measured": n_t}
-        if why:
-            libs["TorchRL"]["note"] = why
+        if disk_note:
+            libs["TorchRL"]["note"] = disk_note
         storage = n_t * torchrl_bytes_per_transition()
         if storage > _mem_total():
             libs["TorchRL"]["exceeds_ram"] = (

@@ -67,7 +67,7 @@ def _pass_ratios(results: dict[str, Any], n: int, op: str, k: int, peer: str, ba
     block = next((b for b in results["speed"] if b["n"] == n), None)
     out = []
     for times in (block or {}).get("passes") or []:
-        row = next((r["us"] for r in times if r["op"] == op and r["k"] == k), {})
+        row: dict[str, float] = next((r["us"] for r in times if r["op"] == op and r["k"] == k), {})
         if peer in row and base in row:
             out.append(row[peer] / row[base])
     return out

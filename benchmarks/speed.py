@@ -97,6 +97,10 @@ def _cycle(pool: list[tuple[Any, ...]], fn: Callable[..., object]) -> Callable[[
     return lambda: fn(*next(it))
 
 
+def _sampling(peer: Peer, k: int) -> Callable[[], object]:
+    return lambda: peer.sample(k)
+
+
 def run_speed(
     n: int,
     ks: list[int],
@@ -130,7 +134,7 @@ def run_speed(
         new = [np.abs(rng.standard_normal(k)) for _ in range(update_pool(k))]
         start = rng.integers(0, n, POOL)
         ring = [(s + np.arange(k)) % n for s in start]
-        record("sample", k, {name: (lambda p=p, k=k: p.sample(k)) for name, p in peers.items()})
+        record("sample", k, {name: _sampling(p, k) for name, p in peers.items()})
         record(
             "update",
             k,

@@ -5,6 +5,10 @@ Usage: heap_tv.py N SEEDS CHECKPOINTS (fractions of N, comma-separated)."""
 import sys
 
 import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 65536
 ALPHA = 0.7
@@ -16,7 +20,7 @@ power /= power.sum()
 cdf = np.cumsum(power)
 
 
-def tie_average(p, keys):
+def tie_average(p: FloatArray, keys: FloatArray) -> FloatArray:
     """Average p within groups of equal keys (tie-breaking must not count)."""
     _, inv = np.unique(keys, return_inverse=True)
     sums = np.bincount(inv, weights=p)
@@ -24,29 +28,30 @@ def tie_average(p, keys):
     return sums[inv] / counts[inv]
 
 
-def tv(heap_slot_at, prio):
+def tv(heap_slot_at: IntArray, prio: FloatArray) -> float:
     # heap distribution: slot at heap position h gets power[h]
     p_heap = np.empty(N)
     p_heap[heap_slot_at] = power
     order = np.lexsort((np.arange(N), -prio))
     p_exact = np.empty(N)
     p_exact[order] = power
-    return 0.5 * np.abs(tie_average(p_heap, prio) - tie_average(p_exact, prio)).sum()
+    return float(0.5 * np.abs(tie_average(p_heap, prio) - tie_average(p_exact, prio)).sum())
 
 
-def run(seed):
+def run(seed: int) -> dict[float, tuple[int, float]]:
+    """``(writes, TV)`` just after a sort (key 0.0) and at each checkpoint (a fraction of N)."""
     rng = np.random.default_rng(seed)
     prio = np.abs(rng.standard_normal(N))
     slot_at = np.lexsort((np.arange(N), -prio))  # sorted array = valid heap (after a re-sort)
     pos = np.empty(N, dtype=np.int64)
     pos[slot_at] = np.arange(N)
 
-    def swap(a, b):
+    def swap(a: int, b: int) -> None:
         sa, sb = slot_at[a], slot_at[b]
         slot_at[a], slot_at[b] = sb, sa
         pos[sb], pos[sa] = a, b
 
-    def sift(h):
+    def sift(h: int) -> None:
         while h > 0 and prio[slot_at[(h - 1) // 2]] < prio[slot_at[h]]:
             swap(h, (h - 1) // 2)
             h = (h - 1) // 2
@@ -61,11 +66,11 @@ def run(seed):
             swap(h, big)
             h = big
 
-    def write(slot, value):
+    def write(slot: int, value: float) -> None:
         prio[slot] = value
         sift(pos[slot])
 
-    out = {0.0: tv(slot_at, prio)}
+    out = {0.0: (0, tv(slot_at, prio))}
     writes, cursor = 0, 0
     for frac in CHECKPOINTS:
         target = round(frac * N)
@@ -89,7 +94,7 @@ def run(seed):
 
 results = [run(s) for s in range(SEEDS)]
 print(f"N={N} alpha={ALPHA} seeds={SEEDS}; TV(heap order, exact ranks), ties averaged")
-print(f"  0 writes (just sorted): {np.mean([r[0.0] for r in results]):.4f}")
+print(f"  0 writes (just sorted): {np.mean([r[0.0][1] for r in results]):.4f}")
 for frac in CHECKPOINTS:
     vals = [r[frac][1] for r in results]
     print(

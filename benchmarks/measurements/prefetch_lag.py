@@ -1,3 +1,5 @@
+from typing import Any
+
 import numpy as np
 from torch.utils.data import DataLoader
 
@@ -6,7 +8,7 @@ from prisample import IndexedDataset, PrioritizedSampler
 N, B, T = 1000, 16, 5
 
 
-def lag(**loader_kwargs):
+def lag(**loader_kwargs: Any) -> int | None:
     sampler = PrioritizedSampler(N, alpha=1.0, eps=1e-9, batch_size=B, seed=0)
     sampler.update_priorities(np.arange(N), np.ones(N))
     sampler.update_priorities([0], [0.0])  # slot 0 is (almost) never drawn before the update
