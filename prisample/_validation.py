@@ -137,6 +137,8 @@ def check_integer(value: Any, name: str) -> int:
 
 
 def check_positive_int(value: Any, name: str, minimum: int = 1, maximum: int | None = None) -> int:
+    if type(value) is int and value >= minimum and (maximum is None or value <= maximum):
+        return value  # the common case without the ABC check: sample(k) passes here every batch
     number = check_integer(value, name)
     if number < minimum or (maximum is not None and number > maximum):
         bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
@@ -151,6 +153,26 @@ def check_seed(seed: Any) -> int:
     if seed < 0:
         raise ValueError(f"seed should be None or an integer >= 0, but got seed={seed!r}")
     return int(seed)
+
+
+def generator_from_seed(seed: Any) -> np.random.Generator:
+    """``np.random.default_rng(seed)`` for an integer ``seed >= 0``; for ``None``, seeded by a draw
+    from torch's global generator, as torch's ``RandomSampler`` is (reproducible under
+    ``torch.manual_seed``)."""
+    if seed is None:
+        seed = int(torch.empty((), dtype=torch.int64).random_().item())
+    return np.random.default_rng(check_seed(seed))
+
+
+def check_size(size: Any, capacity: int) -> int:
+    """How many slots a sampler of ``capacity`` fills at construction: all of them for ``None``,
+    else ``size``, an integer in ``[0, capacity]``."""
+    if size is None:
+        return capacity
+    number = check_positive_int(size, "size", minimum=0)
+    if number > capacity:
+        raise ValueError(f"size should be at most capacity={capacity}, but got size={size!r}")
+    return number
 
 
 def check_real(value: Any, name: str, *, minimum: float, strict: bool = False) -> float:

@@ -112,6 +112,14 @@ def check_masses_fit(alpha: float, eps: float, capacity: int, raw: FloatArray, n
         )
 
 
+def check_alpha_fits(backend: str, alpha: float, eps: float, raw: FloatArray, value: Any) -> None:
+    """:func:`check_masses_fit` of ``α`` (given as ``value``) for a sampler whose backend is called
+    ``backend``, over its raw priorities ``raw``: only proportional draws use masses, so the
+    priorities held under any other backend are not weighed."""
+    weighed = raw if backend == "proportional" else NO_PRIORITIES
+    check_masses_fit(alpha, eps, raw.shape[0], weighed, "alpha", value)
+
+
 def _check_empty_state(state: Any, backend: str) -> None:
     if not isinstance(state, dict):
         raise TypeError(f"backend_state should be a dict, but got backend_state={state!r}")
@@ -419,7 +427,7 @@ def restore_backend(
         raise ValueError(
             f"state_dict priorities should be NaN or finite and >= 0, but got priorities[{j}]={raw[j]!r}"
         )
-    check_masses_fit(alpha, eps, capacity, raw if name == "proportional" else NO_PRIORITIES, "alpha", alpha)
+    check_alpha_fits(name, alpha, eps, raw, alpha)
     return raw, backend_from_state(name, raw, alpha, eps, state, legacy=legacy)
 
 
@@ -434,3 +442,21 @@ def make_backend(name: str, raw: FloatArray, alpha: float, eps: float) -> Backen
     if name == "uniform":
         return UniformBackend(raw)
     raise ValueError(f"backend should be one of {BACKENDS}, but got backend={name!r}")
+
+
+def backend_nbytes(backend: Backend) -> int:
+    """Bytes held in the numpy arrays reachable through ``backend``'s attributes, each array once:
+    its structure and the raw priorities it shares with the sampler."""
+    sizes: dict[int, int] = {}
+    seen: set[int] = set()
+    stack: list[object] = [backend]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, np.ndarray):
+            sizes[id(obj)] = obj.nbytes
+        elif hasattr(obj, "__dict__"):
+            stack.extend(vars(obj).values())
+    return sum(sizes.values())

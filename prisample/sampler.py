@@ -1,10 +1,9 @@
-"""``PrioritizedSampler``: prioritized sampling of slots, as a ``torch.utils.data.Sampler[int]``.
+"""``PrioritizedSampler``: prioritized sampling of slots (Schaul et al. 2016, "Prioritized
+Experience Replay") as a ``torch.utils.data.Sampler[int]``; ``Draw``, the batch it returns.
 
-Implements Schaul et al. (2016), "Prioritized Experience Replay": ``P(i) = p_i^α / Σ_k p_k^α``
-(Eq. 1) with proportional ``p_i = |δ_i| + ε`` or rank-based ``p_i = 1 / rank(i)``, new slots at
-the maximum priority of the memory, stratified batches, and importance-sampling weights
-``w_i = (N · P(i))^-β / max_j w_j`` (Sec. 3.4).  Per-slot correction factors (Sec. 6) are
-:class:`~prisample.CorrectedSampler`'s, in ``prisample/corrections.py``.
+The distributions are ``prisample/backends.py``'s, the importance weights and the β schedule
+``prisample/weights.py``'s, the checkpoint format ``prisample/_sampler_state.py``'s, and per-slot
+correction factors (Sec. 6) :class:`~prisample.CorrectedSampler`'s (``prisample/corrections.py``).
 """
 
 from __future__ import annotations
@@ -16,9 +15,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import torch
 from torch.utils.data import Sampler
 
+from prisample._sampler_state import STATE_VERSION as STATE_VERSION
+from prisample._sampler_state import SamplerState
 from prisample._validation import (
     as_indices,
     as_priorities,
@@ -28,51 +28,20 @@ from prisample._validation import (
     check_num_samples,
     check_positive_int,
     check_real,
-    check_seed,
+    check_size,
     check_slots,
-    check_state_keys,
-    generator_from_state,
-    short_repr,
+    generator_from_seed,
 )
 from prisample.backends import (
     BACKENDS,
     NO_PRIORITIES,
     Backend,
+    backend_nbytes,
+    check_alpha_fits,
     check_masses_fit,
     make_backend,
-    restore_backend,
 )
-from prisample.weights import (
-    WEIGHT_NORMS,
-    LinearSchedule,
-    WeightNorm,
-    as_beta,
-    beta_from_state,
-    weights_unchecked,
-)
-
-# 2 added "corrections"; 3 the rank backend's write stamps (equal priorities ranked newest first).
-# Older states still load: version 1 without corrections, a rank state of version <= 2 with
-# ties ranked by slot as they were then.  "corrections" holds CorrectedSampler's factors; this
-# class writes None there and loads nothing else, so states of either class keep one format.
-STATE_VERSION = 3
-_LOADABLE_VERSIONS = (1, 2, 3)
-_STATE_KEYS = {
-    "version",
-    "capacity",
-    "backend",
-    "alpha",
-    "eps",
-    "beta",
-    "weight_norm",
-    "batch_size",
-    "num_samples",
-    "step",
-    "epoch",
-    "priorities",
-    "backend_state",
-    "rng",
-}
+from prisample.weights import LinearSchedule, WeightNorm, as_beta, as_weight_norm, beta_at, weights_unchecked
 
 
 @dataclass(frozen=True)
@@ -87,27 +56,10 @@ class Draw:
         return int(self.indices.shape[0])
 
 
-def _arrays_nbytes(*objects: object) -> int:
-    """Total size of the distinct numpy arrays reachable through the objects' attributes."""
-    sizes: dict[int, int] = {}
-    seen: set[int] = set()
-    stack = list(objects)
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, np.ndarray):
-            sizes[id(obj)] = obj.nbytes
-        elif hasattr(obj, "__dict__"):
-            stack.extend(vars(obj).values())
-    return sum(sizes.values())
-
-
 class PrioritizedSampler(Sampler[int]):
     """Prioritized sampling over ``capacity`` slots (Schaul et al. 2016).
 
-    Raw priorities ``p_i`` (e.g. ``|δ_i|``) are stored; each backend derives its distribution:
+    Raw priorities ``p_i`` (e.g. ``|δ_i|``) are stored; each backend derives its ``P(i)`` (Eq. 1):
 
     * ``"proportional"``: ``P(i) = (p_i + ε)^α / Σ_k (p_k + ε)^α``, sum tree, one uniform draw in
       each of ``k`` equal-mass ranges (App. B.2.1);
@@ -121,8 +73,8 @@ class PrioritizedSampler(Sampler[int]):
     raises ``ValueError``.
 
     Slots become valid through :meth:`add` (or ``size`` at construction) and enter at the current
-    maximum raw priority of the memory (1 while it is empty).  Weights are
-    ``w_i = (N · P(i))^-β`` normalised by ``weight_norm``: ``"memory"`` (the paper's
+    maximum raw priority of the memory (1 while it is empty).  Importance weights are
+    ``w_i = (N · P(i))^-β`` (Sec. 3.4) normalised by ``weight_norm``: ``"memory"`` (the paper's
     ``max_j w_j`` over the memory), ``"batch"`` or ``"none"``.  ``beta`` may be a
     :class:`~prisample.LinearSchedule`, evaluated at the number of batches drawn so far.
 
@@ -133,9 +85,8 @@ class PrioritizedSampler(Sampler[int]):
     Iterated by a ``DataLoader`` it yields ``num_samples`` indices per epoch, drawing
     ``batch_size`` at a time, so priorities updated between batches take effect at the next one.
 
-    Every public call is atomic under threads: it holds :attr:`lock`, a reentrant lock (one per
-    sampler, or the one passed as ``lock=``).  Hold :attr:`lock` yourself to make several calls
-    one atomic step, e.g. a draw and the reads of the data it names (``with s.lock: ...``).
+    Every public call is atomic under threads: it holds :attr:`lock`, which you can hold to make
+    several calls one atomic step.
 
     Subclasses extend it through :attr:`backend` (read only), :attr:`lock` and two hooks, both
     called with :attr:`lock` held: :meth:`_weights` (the weights of drawn or queried slots) and
@@ -171,19 +122,12 @@ class PrioritizedSampler(Sampler[int]):
         self._eps = check_real(eps, "eps", minimum=0.0)
         check_masses_fit(self._alpha, self._eps, self.capacity, NO_PRIORITIES, "alpha", alpha)
         self.beta = beta
-        check_choice(backend, "backend", BACKENDS)
-        check_choice(weight_norm, "weight_norm", WEIGHT_NORMS)
-        initial = self.capacity if size is None else check_positive_int(size, "size", minimum=0)
-        if initial > self.capacity:
-            raise ValueError(f"size should be at most capacity={self.capacity}, but got size={size!r}")
+        self.backend_name = check_choice(backend, "backend", BACKENDS)
+        self.weight_norm = as_weight_norm(weight_norm)
+        initial = check_size(size, self.capacity)
         self.batch_size = check_positive_int(batch_size, "batch_size")
         self.num_samples = None if num_samples is None else check_num_samples(num_samples)
-        if seed is None:  # like torch's RandomSampler: reproducible under torch.manual_seed
-            seed = int(torch.empty((), dtype=torch.int64).random_().item())
-        seed = check_seed(seed)
-        self.backend_name = backend
-        self.weight_norm = weight_norm
-        self._rng = np.random.default_rng(seed)
+        self._rng = generator_from_seed(seed)
         self._step = 0
         self.epoch = 0
         self._raw = np.full(self.capacity, np.nan)  # raw priorities; NaN marks an empty slot
@@ -201,8 +145,7 @@ class PrioritizedSampler(Sampler[int]):
     def alpha(self, value: float) -> None:
         alpha = check_real(value, "alpha", minimum=0.0)
         with self._lock:
-            weighed = self._raw if self.backend_name == "proportional" else NO_PRIORITIES
-            check_masses_fit(alpha, self._eps, self.capacity, weighed, "alpha", value)
+            check_alpha_fits(self.backend_name, alpha, self._eps, self._raw, value)
             self._alpha = alpha
             self._backend.set_alpha(alpha)
 
@@ -214,16 +157,13 @@ class PrioritizedSampler(Sampler[int]):
     def beta(self) -> float:
         """``β`` for the next draw (the schedule's value at the number of batches drawn)."""
         with self._lock:
-            return self._current_beta()
+            return beta_at(self._beta, self._step)
 
     @beta.setter
     def beta(self, value: float | LinearSchedule) -> None:
         beta = as_beta(value)
         with self._lock:
             self._beta = beta
-
-    def _current_beta(self) -> float:
-        return self._beta(self._step) if isinstance(self._beta, LinearSchedule) else self._beta
 
     @property
     def size(self) -> int:
@@ -235,10 +175,7 @@ class PrioritizedSampler(Sampler[int]):
     def max_priority(self) -> float:
         """Largest raw priority among valid slots (1 while none is valid): new slots enter here."""
         with self._lock:
-            return self._max_priority()
-
-    def _max_priority(self) -> float:
-        return self._backend.max_priority() if self._backend.count else 1.0
+            return self._backend.max_priority() if self._backend.count else 1.0
 
     @property
     def total_mass(self) -> float:
@@ -270,7 +207,7 @@ class PrioritizedSampler(Sampler[int]):
     def nbytes(self) -> int:
         """Bytes held in the sampler's arrays (priorities, the backend's structure)."""
         with self._lock:
-            return _arrays_nbytes(self._raw, self._backend)
+            return backend_nbytes(self._backend)  # the raw priorities are the backend's too
 
     @property
     def backend(self) -> Backend:
@@ -310,7 +247,7 @@ class PrioritizedSampler(Sampler[int]):
         idx = as_indices(indices)
         with self._lock:
             check_slots(self._raw, idx, need_filled=False)
-            self._backend.write(idx, np.full(idx.shape[0], self._max_priority()))
+            self._backend.write(idx, np.full(idx.shape[0], self.max_priority))
             self._written(idx)
 
     def update_priorities(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
@@ -341,10 +278,7 @@ class PrioritizedSampler(Sampler[int]):
     # -- draws ----------------------------------------------------------------------------------
     def sample(self, k: int) -> Draw:
         """Draw ``k`` slots (stratified) with their weights; advances the β schedule by one."""
-        if type(k) is not int:
-            k = check_positive_int(k, "k")
-        elif k < 1:
-            raise ValueError(f"k should be an integer >= 1, but got k={k}")
+        k = check_positive_int(k, "k")
         with self._lock:
             if self._backend.count == 0:
                 raise ValueError("cannot sample from an empty sampler (size=0): add slots first")
@@ -358,10 +292,8 @@ class PrioritizedSampler(Sampler[int]):
         slot of probability 0)."""
         idx = as_indices(indices)
         with self._lock:
-            check_slots(self._raw, idx)
-            if idx.shape[0] == 0:
-                return np.empty(0, dtype=np.float32)
-            return self._weights(idx, self._backend.probabilities(idx))
+            probabilities = self.probabilities(idx)  # checks the slots
+            return self._weights(idx, probabilities) if idx.shape[0] else np.empty(0, dtype=np.float32)
 
     def probabilities(self, indices: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """Per-draw probabilities ``P(i)`` of filled slots."""
@@ -380,9 +312,8 @@ class PrioritizedSampler(Sampler[int]):
         if self.backend_name == "greedy":
             return np.ones(probabilities.shape[0], dtype=np.float32)
         min_probability = self._backend.min_probability() if self.weight_norm == "memory" else 1.0
-        return weights_unchecked(
-            probabilities, self._backend.count, self._current_beta(), self.weight_norm, min_probability
-        )
+        beta = beta_at(self._beta, self._step)
+        return weights_unchecked(probabilities, self._backend.count, beta, self.weight_norm, min_probability)
 
     # -- torch Sampler protocol -----------------------------------------------------------------
     def __iter__(self) -> Iterator[int]:
@@ -407,32 +338,26 @@ class PrioritizedSampler(Sampler[int]):
     def state_dict(self) -> dict[str, Any]:
         """Everything needed for identical future draws (plain Python and numpy values)."""
         with self._lock:
-            beta = self._beta
-            return {
-                "version": STATE_VERSION,
-                "capacity": self.capacity,
-                "backend": self.backend_name,
-                "alpha": self._alpha,
-                "eps": self._eps,
-                "beta": {"start": beta.start, "end": beta.end, "steps": beta.steps}
-                if isinstance(beta, LinearSchedule)
-                else beta,
-                "weight_norm": self.weight_norm,
-                "batch_size": self.batch_size,
-                "num_samples": self.num_samples,
-                "step": self._step,
-                "epoch": self.epoch,
-                "priorities": self._raw.copy(),
-                "corrections": None,
-                "backend_state": self._backend.state_dict(),
-                "rng": self._rng.bit_generator.state,
-            }
+            held = SamplerState(
+                alpha=self._alpha,
+                eps=self._eps,
+                beta=self._beta,
+                weight_norm=self.weight_norm,
+                batch_size=self.batch_size,
+                num_samples=self.num_samples,
+                step=self._step,
+                epoch=self.epoch,
+                raw=self._raw,
+                backend=self._backend,
+                rng=self._rng,
+            )
+            return held.to_dict(self.capacity, self.backend_name)
 
     def check_state_dict(self, state: dict[str, Any]) -> None:
         """Raise ``ValueError``/``TypeError`` (naming the key) unless :meth:`load_state_dict`
         would accept ``state``; changes nothing.  For owners that load several pieces at once
         (e.g. a replay memory and its sampler) and must check all of them before any is loaded."""
-        _restore(state, self.capacity, self.backend_name)  # reads only what never changes: no lock
+        SamplerState.from_dict(state, self.capacity, self.backend_name)  # reads what never changes: no lock
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output; the sampler then draws exactly as the saved one.
@@ -443,53 +368,9 @@ class PrioritizedSampler(Sampler[int]):
         factors (a :class:`~prisample.CorrectedSampler`'s), raises ``ValueError``/``TypeError``
         naming the key, and leaves the sampler as it was.
         """
-        restored = _restore(state, self.capacity, self.backend_name)  # built aside: no lock needed
+        new = SamplerState.from_dict(state, self.capacity, self.backend_name)  # built aside: no lock
         with self._lock:
-            (
-                self._raw,
-                self._alpha,
-                self._eps,
-                self._beta,
-                self.weight_norm,
-                self.batch_size,
-                self.num_samples,
-                self._step,
-                self.epoch,
-                self._backend,
-                self._rng,
-            ) = restored
-
-
-def _restore(state: Any, capacity: int, backend_name: str) -> tuple[Any, ...]:
-    """Validate a state for a sampler of ``capacity`` and ``backend_name`` and build, aside,
-    every attribute :meth:`PrioritizedSampler.load_state_dict` assigns (in its order)."""
-    version = check_state_keys(
-        state, _LOADABLE_VERSIONS, lambda v: _STATE_KEYS | ({"corrections"} if v >= 2 else set())
-    )
-    if check_integer(state["capacity"], "capacity") != capacity:
-        raise ValueError(
-            f"state_dict capacity should be {capacity}, but got capacity={short_repr(state['capacity'])}"
-        )
-    if not isinstance(state["backend"], str) or state["backend"] != backend_name:
-        raise ValueError(
-            f"state_dict backend should be {backend_name!r}, but got backend={short_repr(state['backend'])}"
-        )
-    alpha = check_real(state["alpha"], "alpha", minimum=0.0)
-    eps = check_real(state["eps"], "eps", minimum=0.0)
-    beta = beta_from_state(state["beta"])
-    norm = check_choice(state["weight_norm"], "weight_norm", WEIGHT_NORMS)
-    batch_size = check_positive_int(state["batch_size"], "batch_size")
-    num_samples = None if state["num_samples"] is None else check_num_samples(state["num_samples"])
-    step = check_positive_int(state["step"], "step", minimum=0)
-    epoch = check_integer(state["epoch"], "epoch")
-    if version >= 2 and state["corrections"] is not None:
-        raise ValueError(
-            f"state_dict corrections should be None: a PrioritizedSampler holds no correction "
-            f"factors (load this state into a prisample.CorrectedSampler), but got "
-            f"corrections={short_repr(state['corrections'])}"
-        )
-    raw, backend = restore_backend(
-        backend_name, capacity, state["priorities"], alpha, eps, state["backend_state"], legacy=version < 3
-    )
-    rng = generator_from_state(state["rng"])
-    return (raw, alpha, eps, beta, norm, batch_size, num_samples, step, epoch, backend, rng)
+            self._alpha, self._eps, self._beta, self._step = new.alpha, new.eps, new.beta, new.step
+            self.weight_norm, self.batch_size = new.weight_norm, new.batch_size
+            self.num_samples, self.epoch = new.num_samples, new.epoch
+            self._raw, self._backend, self._rng = new.raw, new.backend, new.rng

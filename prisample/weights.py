@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numba
 import numpy as np
 import numpy.typing as npt
 
-from prisample._validation import short_repr, to_numpy
+from prisample._validation import check_choice, short_repr, to_numpy
 
 WeightNorm = Literal["memory", "batch", "none"]
 WEIGHT_NORMS: tuple[str, ...] = ("memory", "batch", "none")
+
+
+def as_weight_norm(value: Any, name: str = "weight_norm") -> WeightNorm:
+    """``value`` if it is one of ``WEIGHT_NORMS``, else ``ValueError`` naming it."""
+    return cast(WeightNorm, check_choice(value, name, WEIGHT_NORMS))
 
 
 def check_beta(beta: float, name: str = "beta") -> float:
@@ -234,6 +239,18 @@ def as_beta(value: Any) -> float | LinearSchedule:
         check_beta(value.end, "beta.end")
         return value
     return check_beta(value)
+
+
+def beta_at(beta: float | LinearSchedule, step: int) -> float:
+    """``β`` for a draw after ``step`` batches: the schedule's value there, or the constant."""
+    return beta(step) if isinstance(beta, LinearSchedule) else beta
+
+
+def beta_to_state(beta: float | LinearSchedule) -> float | dict[str, Any]:
+    """``β`` as a state dict holds it: the float, or a schedule as ``{"start", "end", "steps"}``."""
+    if isinstance(beta, LinearSchedule):
+        return {"start": beta.start, "end": beta.end, "steps": beta.steps}
+    return beta
 
 
 def beta_from_state(value: Any) -> float | LinearSchedule:

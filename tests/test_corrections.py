@@ -243,16 +243,22 @@ def test_memory_normaliser_with_zero_priorities_against_brute_force(backend):
 # ------------------------------------------------------------------------------------------------
 
 
-def test_core_sampler_knows_no_backend_internals():
-    """``sampler.py`` imports only the backends, the weights and the validation, and no module
-    reads a backend's private structures (the rank partition, the proportional tree)."""
-    tree = ast.parse((ROOT / "prisample" / "sampler.py").read_text())
-    imported = {
+def _prisample_imports(module: str) -> set[str]:
+    tree = ast.parse((ROOT / "prisample" / f"{module}.py").read_text())
+    return {
         node.module
         for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("prisample")
     }
-    assert imported == {"prisample._validation", "prisample.backends", "prisample.weights"}
+
+
+def test_core_sampler_knows_no_backend_internals() -> None:
+    """``sampler.py`` imports only the backends, the weights and the validation (directly, or
+    through its checkpoint format, ``_sampler_state.py``, which imports nothing else), and no
+    module reads a backend's private structures (the rank partition, the proportional tree)."""
+    core = {"prisample._validation", "prisample.backends", "prisample.weights"}
+    assert _prisample_imports("sampler") == core | {"prisample._sampler_state"}
+    assert _prisample_imports("_sampler_state") == core
     for path in (ROOT / "prisample").rglob("*.py"):
         if path.name in ("rank.py", "backends.py", "trees.py"):
             continue
