@@ -52,182 +52,54 @@ actor is asked to run carries a reference to the latest published weights, loade
 steps, the best policy re-evaluated at the end); meanwhile the actors run the chunks they were
 given and then wait.
 
+This module is the algorithm: the actors, the memory, the learner and the loop that joins them.
+The plumbing lives beside it: the settings in ``recipes/apex_config.py``, the actors' local
+n-step buffer in ``recipes/apex_nstep.py``, the driver's side of the Ray actors (start, weights,
+chunks of env steps) in ``recipes/apex_fleet.py``, evaluation, logs and ``apex_dqn.json`` in
+``recipes/apex_record.py``.
+
 Commands (``PYTHONPATH=.``)::
 
     python -m recipes.apex_dqn train --env CartPole-v1 --actors 2 --total_steps 50000
     python -m recipes.apex_dqn train --env MinAtar/Breakout-v1 --actors 4 --device auto
-    python -m recipes.apex_dqn scaling --env CartPole-v1 --actors 1,2,4 --seconds 60
-    python -m recipes.apex_dqn compare --env CartPole-v1 --actors 2 --total_steps 50000 --seeds 3
+    python -m recipes.apex_studies scaling --env CartPole-v1 --actors 1,2,4 --seconds 60
+    python -m recipes.apex_studies compare --env CartPole-v1 --actors 2 --total_steps 50000 --seeds 3
 
 ``train`` writes ``apex_dqn.json`` (and the recipe's ``eval.csv``, ``metrics.csv``,
-``best_q.pt``) to ``--out`` (default ``runs/apex_dqn/<env>_<actors>``).  ``scaling`` and
-``compare`` live in ``recipes/apex_studies.py``.
+``best_q.pt``) to ``--out`` (default ``runs/apex_dqn/<env>_<actors>``).  The studies ``scaling``
+and ``compare`` are ``recipes/apex_studies.py``.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import math
 import os
-import platform
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import ray
 import torch
-from tqdm import tqdm  # type: ignore[import-untyped]
 
 from prisample.ray import RemoteBatch, RemoteReplay, ReplayWriter
-from recipes import cli
-from recipes.atari_ddqn import (
-    PAPER_ARMS,
-    DDQNConfig,
-    QNetwork,
-    Schedules,
-    act,
-    as_batch,
-    double_dqn_td_error,
-    load_config,
-    make_learner,
-    make_optimizer,
-    resolve_device,
-    transition_targets,
-)
-from recipes.dqn_envs import EnvSpec, check_env, env_family, lives, make_env, seed_envs
-from recipes.dqn_parts import EvalRecord, Evaluator, Logger, MetricWindow, Timer
+from recipes import cli, outputs
+from recipes.apex_config import PROG, ApexConfig, learner_config, ray_cpus, run_dir, start_ray
+from recipes.apex_fleet import ActorFleet, publish, start_actors
+from recipes.apex_nstep import FIELDS, NStepBuilder
+from recipes.apex_record import RunRecord
+from recipes.atari_ddqn import act, as_batch, double_dqn_td_error, make_learner, transition_targets
+from recipes.dqn_config import DDQNConfig, resolve_device
+from recipes.dqn_envs import EnvSpec, lives, make_env, seed_envs
+from recipes.dqn_model import QNetwork, make_optimizer
+from recipes.dqn_parts import MetricWindow, Timer
+from recipes.dqn_run import Schedules
 
-FIELDS = ("obs", "action", "reward", "discount", "next_obs")
-"""A transition as the memory stores it and ``double_dqn_td_error`` takes it, in that order."""
 ACTOR_PARTS = ("act", "env", "build", "priorities", "send", "pull")
 LEARNER_PARTS = ("wait_batch", "learn", "update_priorities", "publish", "poll", "throttle", "eval")
-SET_BY_APEX = ("env", "arm", "seed", "total_steps", "n_step", "device")
-"""Fields of the learner's :class:`DDQNConfig` that :class:`ApexConfig` sets itself."""
 
 
-@dataclass(frozen=True)
-class ApexConfig:
-    """One Ape-X run.  The learner's hyper-parameters (network, optimiser, step size, memory size,
-    batch, γ, α, β, target period, evaluation) are the single-process recipe's for ``env`` and
-    ``arm``; ``learner`` overrides them."""
-
-    env: str = "CartPole-v1"
-    """Gymnasium id: e.g. CartPole-v1 (classic control) or MinAtar/Breakout-v1."""
-    arm: str = "proportional"
-    """The recipe's arm (recipes/configs/atari_ddqn/arms/<arm>.yaml): uniform, proportional or rank."""
-    actors: int = 2
-    """Actor processes N (Ray actors)."""
-    envs_per_actor: int = 4
-    """Environments each actor steps together (one network forward for all of them)."""
-    actor_cpus: float = 1.0
-    """Ray CPUs each actor reserves."""
-    total_steps: int = 50_000
-    """Env steps summed over actors and their environments (a multiple of envs_per_actor), as the
-    single-process recipe counts them: every step of every environment, autoreset steps included."""
-    n_step: int = 3
-    """Steps per return (Ape-X: 3)."""
-    epsilon: float = 0.4
-    """ε of ε_i = ε^(1 + α i / (N − 1)) (Ape-X: 0.4)."""
-    epsilon_exponent: float = 7.0
-    """α of that schedule (Ape-X: 7)."""
-    actor_batch: int = 50
-    """Complete transitions an actor gathers before it computes their priorities and sends them."""
-    actor_sync_every: int = 400
-    """Env steps per actor between weight pulls (a multiple of envs_per_actor; Ape-X: 400 frames)."""
-    max_pending: int = 2
-    """Sends an actor's ReplayWriter keeps unanswered before it waits."""
-    publish_every: int = 20
-    """Learner updates between publications of θ."""
-    target_every: int | None = None
-    """Learner updates between θ_target ← θ; None: the recipe's target_update_period / replay_period."""
-    max_replay_ratio: float | None = None
-    """At most this many learner updates per env step since learning started (the single-process
-    recipe makes 1 / replay_period); None: no cap."""
-    min_replay_ratio: float | None = None
-    """Actors get no new chunk while the learner has made fewer updates than this per env step since
-    learning started (a rate limiter, as Reverb's SampleToInsertRatio; Ape-X has none); None: they
-    never wait.  With max_replay_ratio equal, a run replays as the single-process recipe does."""
-    shards: int = 1
-    """Ray actors holding the memory (prisample.ray.RemoteReplay shards)."""
-    prefetch_depth: int = 1
-    """Batches the learner's prefetch thread draws ahead."""
-    eval_every: int | None = None
-    """Env steps between evaluations; None: the learner config's (CartPole 5,000); 0: none."""
-    device: str = "auto"
-    """The learner's torch device: 'auto' (cuda when available), 'cpu', 'cuda'.  Actors use the CPU."""
-    seed: int = 0
-    """Seeds the learner's network (as the recipe: same initial θ), the memory, actors and evaluation."""
-    time_budget_s: float | None = None
-    """Stop handing out env steps after this many seconds (throughput runs)."""
-    out: str | None = None
-    """Run folder; None: runs/apex_dqn/<env>_<actors>."""
-    learner: dict[str, Any] | None = None
-    """Fields of the learner's recipe config as JSON, e.g. '{"lr": 0.001, "batch_size": 64}'."""
-    progress: bool = True
-    """Show a tqdm bar of env steps."""
-
-    def __post_init__(self) -> None:
-        check_env(self.env)
-        cli.require(
-            env_family(self.env) != "atari",
-            "env",
-            "be a classic-control or MinAtar id (the remote memory stores no frame stacks)",
-            self.env,
-        )
-        cli.one_of(self, "arm", PAPER_ARMS)
-        cli.positive(self, "actors", "envs_per_actor", "actor_cpus", "total_steps", "n_step")
-        cli.positive(self, "actor_batch", "actor_sync_every", "max_pending", "publish_every", "shards")
-        cli.positive(self, "prefetch_depth")
-        cli.at_least(self, 1, "target_every")
-        cli.at_least(self, 0, "seed", "eval_every", "epsilon_exponent")
-        cli.in_range(self, "epsilon", 0.0, 1.0)
-        for name in ("max_replay_ratio", "min_replay_ratio", "time_budget_s"):
-            if getattr(self, name) is not None:
-                cli.positive(self, name)
-        low, high = self.min_replay_ratio, self.max_replay_ratio
-        if low is not None and high is not None:
-            cli.require(low <= high, "min_replay_ratio", f"be at most max_replay_ratio={high}", low)
-        for name in ("total_steps", "actor_sync_every"):
-            value = getattr(self, name)
-            cli.require(
-                value % self.envs_per_actor == 0,
-                name,
-                f"be a multiple of envs_per_actor={self.envs_per_actor}",
-                value,
-            )
-        allowed = {f.name for f in fields(DDQNConfig)} - set(SET_BY_APEX)
-        for key in self.learner or {}:
-            cli.require(
-                key in allowed, "learner", f"name fields of the recipe's config but {SET_BY_APEX}", key
-            )
-        learner_config(self)  # a value the recipe refuses is refused here, before Ray starts
-
-
-def learner_config(config: ApexConfig) -> DDQNConfig:
-    """The single-process recipe's config for the learner: the family's and the arm's files, then
-    ``config.learner``, then the fields Ape-X sets (:data:`SET_BY_APEX`)."""
-    overrides = {"tensorboard": False, "progress": False, **(config.learner or {})}
-    if "hidden" in overrides:
-        overrides["hidden"] = tuple(overrides["hidden"])
-    learner = load_config(
-        config.env,
-        config.arm,
-        seed=config.seed,
-        total_steps=config.total_steps,
-        n_step=config.n_step,
-        device=config.device,
-        **overrides,
-    )
-    return replace(learner, eval_every=config.eval_every) if config.eval_every else learner
-
-
-def run_dir(config: ApexConfig) -> Path:
-    return Path(config.out or f"runs/apex_dqn/{config.env.replace('/', '_')}_{config.actors}")
+# -- the actors (Algorithm 1) ----------------------------------------------------------------------
 
 
 def actor_epsilon(i: int, n: int, epsilon: float = 0.4, exponent: float = 7.0) -> float:
@@ -236,90 +108,6 @@ def actor_epsilon(i: int, n: int, epsilon: float = 0.4, exponent: float = 7.0) -
     if not 0 <= i < n:
         raise ValueError(f"i should lie in [0, {n}), but got i={i}")
     return epsilon if n == 1 else float(epsilon ** (1.0 + exponent * i / (n - 1)))
-
-
-# -- the actor -----------------------------------------------------------------------------------
-
-
-class NStepBuilder:
-    """Complete n-step transitions of ``num_envs`` environments, built as they step.
-
-    Transition ``t`` of an environment, with reward ``r_t`` and per-step discount ``γ_t`` (0 where
-    the episode terminated, else γ), leaves as (Sutton & Barto 2018, Sec. 7.1; the sums of
-    :mod:`prisample.nstep`)::
-
-        reward   G = Σ_{k<m} (Π_{j<k} γ_{t+j}) r_{t+k}
-        discount Γ = Π_{k<m} γ_{t+k}
-        next_obs s_{t+m}
-
-    with ``m = n`` once ``n`` steps of its environment followed it, fewer when the episode ended
-    first (``episode_end``: every pending transition leaves; termination made Γ = 0, truncation
-    kept Γ = γ^m, so it bootstraps from its last observation) or at :meth:`flush`.  Kept here,
-    not in :class:`prisample.nstep.NStepAccumulator`, which completes windows of a memory's slots:
-    an actor holds no memory and sends each transition once.
-    """
-
-    def __init__(self, n: int, num_envs: int) -> None:
-        self.n, self.num_envs = n, num_envs
-        self._pending: list[list[list[Any]]] = [[] for _ in range(num_envs)]  # [obs, action, G, Γ]
-        self._last_next: list[Any] = [None] * num_envs
-        self._ready: list[tuple[Any, ...]] = []
-
-    @property
-    def ready(self) -> int:
-        """Complete transitions not taken yet."""
-        return len(self._ready)
-
-    @property
-    def pending(self) -> int:
-        """Transitions whose window is still open (at most ``n − 1`` per environment)."""
-        return sum(len(p) for p in self._pending)
-
-    def add(
-        self,
-        env: int,
-        obs: Any,
-        action: int,
-        reward: float,
-        discount: float,
-        next_obs: Any,
-        episode_end: bool,
-    ) -> None:
-        """One step of environment ``env``: ``(S_t, A_t, r_t, γ_t, S_{t+1})``."""
-        pending = self._pending[env]
-        for entry in pending:  # G += Γ r_t, Γ *= γ_t for the windows still open
-            entry[2] += entry[3] * reward
-            entry[3] *= discount
-        pending.append([obs, action, float(reward), float(discount)])
-        self._last_next[env] = next_obs
-        if episode_end:
-            self._emit(env, len(pending))
-        elif len(pending) == self.n:
-            self._emit(env, 1)
-
-    def flush(self) -> None:
-        """Every open window leaves as it is (``m < n``, bootstrapping from the last observation):
-        the end of the run."""
-        for env in range(self.num_envs):
-            self._emit(env, len(self._pending[env]))
-
-    def take(self) -> dict[str, np.ndarray]:
-        """The complete transitions as arrays with a leading axis (``FIELDS``); then none is ready."""
-        obs, action, reward, discount, next_obs = zip(*self._ready, strict=True)
-        self._ready = []
-        return {
-            "obs": np.stack(obs),
-            "action": np.asarray(action, dtype=np.int64),
-            "reward": np.asarray(reward, dtype=np.float32),
-            "discount": np.asarray(discount, dtype=np.float32),
-            "next_obs": np.stack(next_obs),
-        }
-
-    def _emit(self, env: int, count: int) -> None:
-        pending, next_obs = self._pending[env], self._last_next[env]
-        for obs, action, g, gamma in pending[:count]:
-            self._ready.append((obs, action, g, gamma, next_obs))
-        del pending[:count]
 
 
 @torch.no_grad()
@@ -333,8 +121,9 @@ def initial_priorities(q: torch.nn.Module, transitions: dict[str, np.ndarray], c
 
 class ApexActor:
     """Actor ``index``: ε_i-greedy play of ``envs_per_actor`` environments on a copy of θ, n-step
-    transitions with initial priorities sent to the memory.  ``ray.remote`` makes it a Ray actor;
-    the driver asks it for chunks of env steps (:meth:`run`), then :meth:`finish`."""
+    transitions with initial priorities sent to the memory.  The driver makes it a Ray actor
+    (:func:`recipes.apex_fleet.start_actors`) and asks it for chunks of env steps (:meth:`run`),
+    then :meth:`finish`."""
 
     def __init__(self, index: int, config: ApexConfig, learner: DDQNConfig, replay: RemoteReplay) -> None:
         torch.set_num_threads(1)
@@ -354,7 +143,9 @@ class ApexActor:
         self.timer = Timer(totals=dict.fromkeys(ACTOR_PARTS, 0.0))
         self.counts = {"steps": 0, "transitions": 0, "reset_steps": 0, "episodes": 0, "pulls": 0}
 
-    def run(self, steps: int, version: int, weights: list[ray.ObjectRef]) -> dict[str, Any]:
+    def run(
+        self, steps: int, version: int, weights: list[ray.ObjectRef[dict[str, np.ndarray]]]
+    ) -> dict[str, Any]:
         """Take ``steps`` env steps (``steps / envs_per_actor`` steps of all environments), first
         loading ``weights`` (a one-element list, so Ray does not fetch it unless used) if its
         ``version`` is newer.  Returns the counts so far and this chunk's finished episodes."""
@@ -419,16 +210,26 @@ class ApexActor:
         self.counts["transitions"] += len(priorities)
 
 
-def describe_device(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"CPU ({platform.processor() or platform.machine()})"
+# -- the memory ------------------------------------------------------------------------------------
 
 
-def ray_cpus(config: ApexConfig) -> int:
-    """Logical CPUs of a Ray this recipe starts: every actor's reservation, and at least the
-    machine's cores (more actors than cores then share them: the OS schedules, Ray does not refuse)."""
-    return max(os.cpu_count() or 1, math.ceil(config.actors * config.actor_cpus))
+def make_memory(config: ApexConfig, cfg: DDQNConfig, spec: EnvSpec) -> RemoteReplay:
+    """One prioritized memory for every actor, ``config.shards`` Ray actors holding it
+    (Schaul et al. 2016, Secs. 3.3-3.4): ``P(j) = p_j^α / Σ_i p_i^α``, weights ``(N·P(j))^-β / max_i w_i``;
+    a sliding window, the oldest transitions leaving as new ones arrive (Horgan et al., Algorithm 2,
+    line 9)."""
+    return RemoteReplay(
+        cfg.memory_size,
+        spec.obs_shape,
+        shards=config.shards,
+        beta=cfg.beta0,
+        weight_norm=cfg.weight_norm,
+        seed=config.seed,
+        obs_dtype=spec.obs_dtype,
+        alpha=cfg.alpha,
+        eps=cfg.priority_eps,
+        backend=cfg.replay,
+    )
 
 
 # -- the learner (Algorithm 2) ---------------------------------------------------------------------
@@ -456,7 +257,9 @@ class Learner:
         self.timer = Timer(totals=dict.fromkeys(LEARNER_PARTS, 0.0))
         self.window = MetricWindow()
         self.updates = self.publishes = 0
-        self._sent: list[ray.ObjectRef] = []
+        self.beta: float = learner.beta0
+        """β of the draws (the memory's), annealed by :meth:`anneal`."""
+        self._sent: list[ray.ObjectRef[Any]] = []
 
     def learn(self, batch: RemoteBatch) -> None:
         """One update on ``batch``, its priorities sent back, θ_target ← θ when due."""
@@ -478,9 +281,9 @@ class Learner:
 
     def anneal(self, env_steps: int) -> None:
         """β of the next draws, annealed over env steps as the single-process recipe anneals it."""
-        self.replay.beta = self.schedules.at(env_steps)[2]
+        self.beta = self.replay.beta = self.schedules.at(env_steps)[2]
 
-    def publish(self) -> ray.ObjectRef:
+    def publish(self) -> ray.ObjectRef[dict[str, np.ndarray]]:
         """θ for the actors; first waits for the priority updates sent since the last time (a
         shard's error surfaces here, and the calls in flight stay bounded)."""
         with self.timer("update_priorities"):
@@ -491,85 +294,7 @@ class Learner:
             return publish(self.q)
 
 
-def publish(q: torch.nn.Module) -> ray.ObjectRef:
-    """θ as numpy arrays in Ray's object store: one copy, read by every actor that pulls it."""
-    return ray.put({name: value.detach().cpu().numpy() for name, value in q.state_dict().items()})
-
-
-class ActorFleet:
-    """The actors' work in chunks: each actor has ``depth`` :meth:`ApexActor.run` calls of
-    ``chunk`` env steps queued, each carrying the weights published last, until ``total`` env
-    steps are handed out.  ``steps`` counts the env steps of the chunks that returned."""
-
-    def __init__(self, actors: Sequence[Any], chunk: int, total: int, depth: int = 2) -> None:
-        self.actors, self.chunk, self.remaining = list(actors), chunk, total
-        self.depth, self.steps, self.version = depth, 0, -1
-        self.weights: ray.ObjectRef | None = None
-        self._inflight: dict[ray.ObjectRef, tuple[int, int]] = {}
-        self._held = False
-        self._owed: list[int] = []  # actors whose chunk returned while held
-
-    def start(self, weights: ray.ObjectRef) -> None:
-        self.set_weights(weights)
-        for i in range(len(self.actors)):
-            for _ in range(self.depth):
-                self._submit(i)
-
-    def set_weights(self, weights: ray.ObjectRef) -> None:
-        """Chunks asked for from now on carry ``weights`` (version + 1)."""
-        self.weights, self.version = weights, self.version + 1
-
-    def poll(self, timeout: float = 0.0) -> list[dict[str, Any]]:
-        """The chunks that returned (within ``timeout`` seconds); each of their actors gets its next."""
-        if not self._inflight:
-            return []
-        ready, _ = ray.wait(list(self._inflight), num_returns=len(self._inflight), timeout=timeout)
-        results = []
-        for ref in ready:
-            i, steps = self._inflight.pop(ref)
-            results.append(ray.get(ref))
-            self.steps += steps
-            if self._held:
-                self._owed.append(i)
-            else:
-                self._submit(i)
-        return results
-
-    def hold(self, held: bool) -> None:
-        """While held, an actor whose chunk returns gets no next one; released, each gets what it is owed."""
-        self._held = held
-        if not held:
-            owed, self._owed = self._owed, []
-            for i in owed:
-                self._submit(i)
-
-    def stop(self) -> None:
-        """Hand out no more env steps (the chunks queued still run)."""
-        self.remaining = 0
-
-    @property
-    def finished(self) -> bool:
-        """Every env step handed out and taken (a held fleet with steps left is not finished)."""
-        return not self._inflight and self.remaining == 0
-
-    def _submit(self, i: int) -> None:
-        steps = min(self.chunk, self.remaining)
-        if steps > 0:
-            self.remaining -= steps
-            self._inflight[self.actors[i].run.remote(steps, self.version, [self.weights])] = (i, steps)
-
-
-@dataclass
-class RunState:
-    """What :func:`train`'s loop carries besides the learner."""
-
-    next_eval: int | None
-    next_log: int
-    stopped: str = "done"
-    returns: list[float] = field(default_factory=list)
-    """Undiscounted returns of the actors' finished episodes, in the order their chunks returned."""
-    eval_env_steps: list[int] = field(default_factory=list)
-    """Env steps the actors had taken at each evaluation (its nominal step: a multiple of eval_every)."""
+# -- the loop: actors, memory and learner together -------------------------------------------------
 
 
 def train(config: ApexConfig) -> dict[str, Any]:
@@ -579,84 +304,18 @@ def train(config: ApexConfig) -> dict[str, Any]:
     cfg = learner_config(config)
     folder = run_dir(config)
     folder.mkdir(parents=True, exist_ok=True)
-    own_ray = not ray.is_initialized()
-    if own_ray:
-        ray.init(num_cpus=ray_cpus(config), include_dashboard=False, log_to_driver=False)
+    own_ray = start_ray(ray_cpus(config))
     probe, spec = make_env(config.env, 1)
     probe.close()
-    # PER: one memory for every actor: P(j) ∝ (|δ_j| + ε)^α, weights (N·P(j))^-β / max_i w_i
-    replay = RemoteReplay(
-        cfg.memory_size,
-        spec.obs_shape,
-        shards=config.shards,
-        beta=cfg.beta0,
-        weight_norm=cfg.weight_norm,
-        seed=config.seed,
-        obs_dtype=spec.obs_dtype,
-        alpha=cfg.alpha,
-        eps=cfg.priority_eps,
-        backend=cfg.replay,
-    )
+    replay = make_memory(config, cfg, spec)
     learner = Learner(config, cfg, spec, replay)
-    remote_actor = ray.remote(num_cpus=config.actor_cpus)(ApexActor)
-    actors = [remote_actor.remote(i, config, cfg, replay) for i in range(config.actors)]
+    actors = start_actors(ApexActor, config.actors, config.actor_cpus, config, cfg, replay)
     fleet = ActorFleet(actors, config.actor_sync_every, config.total_steps)
-    logger = Logger(folder, tensorboard=False, resume=False)
-    evaluator = Evaluator(
-        make_env(config.env, cfg.eval_envs)[0],
-        epsilon=cfg.eval_epsilon,
-        max_steps=cfg.eval_steps,
-        max_episodes=cfg.eval_episodes,
-        seed=config.seed,
-        device=learner.device,
-        scores=None,
-        logger=logger,
-        run_dir=folder,
-    )
-    evaluating = config.eval_every != 0
-    run = RunState(next_eval=cfg.eval_every if evaluating else None, next_log=cfg.log_every)
-    bar = tqdm(
-        total=config.total_steps,
-        desc=f"Ape-X {config.env} ×{config.actors}",
-        unit="step",
-        disable=not config.progress,
-        dynamic_ncols=True,
-        smoothing=0.05,
-    )
-
-    def between_updates(results: list[dict[str, Any]]) -> None:
-        """Chunks that returned: the bar, the actors' episodes, the time budget, due evaluations."""
-        for result in results:
-            run.returns += result["returns"]
-        bar.update(fleet.steps - bar.n)
-        if config.time_budget_s is not None and time.perf_counter() - started > config.time_budget_s:
-            fleet.stop()
-            run.stopped = "time_budget"
-        if run.next_eval is not None and fleet.steps >= run.next_eval:
-            with learner.timer("eval"):  # the chunks queued run on; new ones wait for the learner
-                result = evaluator.select(learner.q, run.next_eval)
-            run.eval_env_steps.append(fleet.steps)
-            run.next_eval += cfg.eval_every
-            bar.set_postfix_str(f"eval {result.score:.1f}, {learner.updates} updates", refresh=False)
-        if fleet.steps >= run.next_log:
-            recent = run.returns[-20:]
-            logger.log(
-                "metrics",
-                fleet.steps,
-                {
-                    "train/episode_return": float(np.mean(recent)) if recent else math.nan,
-                    "train/episodes": float(len(run.returns)),
-                    "per/beta": float(replay.beta),
-                    "updates": float(learner.updates),
-                    **learner.window.drain(),
-                },
-            )
-            run.next_log += cfg.log_every
-
+    record = RunRecord(config, cfg, folder, learner, fleet, started, load_start)
     try:
         fleet.start(publish(learner.q))
         while not fleet.finished and replay.stats()["size"] < cfg.learning_starts:
-            between_updates(fleet.poll(timeout=0.05))
+            record.after_chunks(fleet.poll(timeout=0.05))
         learning_from = (time.perf_counter(), fleet.steps)
 
         def below(ratio: float | None) -> bool:
@@ -667,14 +326,14 @@ def train(config: ApexConfig) -> dict[str, Any]:
             while not fleet.finished or below(config.min_replay_ratio):
                 with learner.timer("poll"):
                     results = fleet.poll()
-                between_updates(results)
+                record.after_chunks(results)
                 if config.min_replay_ratio is not None:  # the learner is behind: actors wait
                     fleet.hold(below(config.min_replay_ratio))
                 if config.max_replay_ratio is not None and not below(config.max_replay_ratio):
                     if fleet.finished:
                         break
                     with learner.timer("throttle"):  # ahead of the allowed replay ratio: wait for env steps
-                        between_updates(fleet.poll(timeout=0.01))
+                        record.after_chunks(fleet.poll(timeout=0.01))
                     continue
                 learner.anneal(fleet.steps)
                 with learner.timer("wait_batch"):  # PER: j ~ P(j), drawn ahead by the prefetch thread
@@ -684,145 +343,44 @@ def train(config: ApexConfig) -> dict[str, Any]:
                     fleet.set_weights(learner.publish())
         learning = {"s": time.perf_counter() - learning_from[0], "steps": fleet.steps - learning_from[1]}
         learner.publish()  # waits for the last priority updates
-        totals = ray.get([actor.finish.remote() for actor in actors])
+        totals = fleet.finish()
         stats = replay.stats()
     finally:
-        bar.close()
-        for actor in actors:
-            ray.kill(actor)
+        record.close_bar()
+        fleet.kill()
         replay.shutdown()
         if own_ray:
             ray.shutdown()
-    record = evaluator.record
-    if evaluating and run.stopped == "done" and (not record.steps or record.steps[-1] < fleet.steps):
-        with learner.timer("eval"):
-            evaluator.select(learner.q, fleet.steps)
-        run.eval_env_steps.append(fleet.steps)
-    best = evaluator.reevaluate_best(learner.q) if evaluating else None
-    logger.close()
-    evaluator.env.close()
-    result = summary(
-        config,
-        cfg,
-        learner,
-        run,
-        record,
-        totals,
-        stats,
-        fleet.steps,
-        learning,
-        best,
-        time.perf_counter() - started,
-        folder,
-    )
-    result["loadavg"] = {"start": load_start, "end": os.getloadavg()}  # other jobs on the machine show here
-    (folder / "apex_dqn.json").write_text(to_json(result))
-    return result
+    record.final_evaluation()
+    return record.write(totals, stats, learning)
 
 
-def summary(
-    config: ApexConfig,
-    cfg: DDQNConfig,
-    learner: Learner,
-    run: RunState,
-    record: EvalRecord,
-    totals: list[dict[str, Any]],
-    stats: dict[str, int],
-    env_steps: int,
-    learning: dict[str, float],
-    best: Any,
-    wall: float,
-    folder: Path,
-) -> dict[str, Any]:
-    """``apex_dqn.json``: config, command, machine, rates, replay ratio, the eval curve.  Its keys
-    ``eval_steps``, ``eval_scores``, ``best_score``, ``best_policy_score``, ``steps``,
-    ``steps_per_s``, ``wall_s``, ``stopped`` and ``run_dir`` read as the single-process recipe's
-    ``result.json`` (``recipes.dqn_sweep.collect`` takes both)."""
-    from recipes.dqn_sweep import _machine
-
-    pulls = sum(t["pulls"] for t in totals)
-    seconds, timing = learning["s"], learner.timer.totals
-    return {
-        "config": asdict(config),
-        "learner_config": asdict(cfg),
-        "command": cli.command_line(PROG, config, ApexConfig(), skip=("progress",)),
-        "machine": _machine(),
-        "device": describe_device(learner.device),
-        "ray": {"version": ray.__version__, "actor_cpus": config.actor_cpus, "machine_cpus": os.cpu_count()},
-        "run_dir": str(folder),
-        "stopped": run.stopped,
-        "steps": env_steps,
-        "transitions_sent": sum(t["transitions"] for t in totals),
-        "transitions_added": stats["num_added"],
-        "updates": learner.updates,
-        "wall_s": wall,
-        "steps_per_s": env_steps / wall,
-        "learning_s": seconds,
-        "learning_env_steps": learning["steps"],
-        "actor_steps_per_s": learning["steps"] / seconds if seconds > 0 else math.nan,
-        "learner_updates_per_s": learner.updates / seconds if seconds > 0 else math.nan,
-        "replay_ratio": {
-            "updates_per_env_step": learner.updates / env_steps,
-            "updates_per_env_step_while_learning": learner.updates / max(learning["steps"], 1),
-            "replayed_per_added": learner.updates * cfg.batch_size / max(stats["num_added"], 1),
-            "max_updates_per_env_step": config.max_replay_ratio,
-            "min_updates_per_env_step": config.min_replay_ratio,
-            "recipe_updates_per_env_step": 1.0 / cfg.replay_period,
-        },
-        "dropped_updates": stats["dropped_updates"],
-        "weights": {
-            "publishes": learner.publishes,
-            "publish_ms_mean": 1e3 * timing["publish"] / max(learner.publishes, 1),
-            "pulls": pulls,
-            "pull_ms_mean": 1e3 * sum(t["timing_s"]["pull"] for t in totals) / max(pulls, 1),
-        },
-        "learner_timing_s": dict(timing),
-        "actors": [{"index": i, **t} for i, t in enumerate(totals)],
-        "eval_steps": list(record.steps),
-        "eval_scores": list(record.scores),
-        "eval_episodes": list(record.episodes),
-        "eval_env_steps": run.eval_env_steps,
-        "best_score": record.best_score if record.best_step is not None else math.nan,
-        "best_policy_score": best.score if best is not None else math.nan,
-        "best_policy_episodes": best.episodes if best is not None else 0,
-        "train_returns_last_20": float(np.mean(run.returns[-20:])) if run.returns else math.nan,
-    }
+COMMANDS = ("train",)
+STUDIES = ("scaling", "compare")
+"""Commands of ``python -m recipes.apex_studies`` (here before that module had its own entry point)."""
+EPILOG = "Studies (throughput against actors, learning against one process): python -m recipes.apex_studies."
+SHOWN = (
+    "steps",
+    "updates",
+    "actor_steps_per_s",
+    "learner_updates_per_s",
+    "replay_ratio",
+    "dropped_updates",
+    "best_policy_score",
+    "wall_s",
+)
+"""The keys of ``apex_dqn.json`` that ``train`` prints."""
 
 
-def to_json(result: dict[str, Any]) -> str:
-    return json.dumps(result, indent=1) + "\n"
-
-
-COMMANDS = ("train", "scaling", "compare")
-PROG = "python -m recipes.apex_dqn train"
-
-
-def main(argv: list[str] | None = None) -> Any:
-    """``python -m recipes.apex_dqn train|scaling|compare [options]``; ``--help`` lists them."""
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """``python -m recipes.apex_dqn train [options]``; ``--help`` lists them."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0] not in COMMANDS:
-        if argv and argv[0] in ("-h", "--help"):
-            print(f"usage: python -m recipes.apex_dqn {{{','.join(COMMANDS)}}} [options]")
-            raise SystemExit(0)
-        got = argv[0] if argv else "nothing"
-        print(f"error: the command should be one of {', '.join(COMMANDS)}, but got {got}", file=sys.stderr)
+    if argv and argv[0] in STUDIES:
+        print(f"error: {argv[0]} is a study: python -m recipes.apex_studies {argv[0]}", file=sys.stderr)
         raise SystemExit(2)
-    if argv[0] != "train":
-        from recipes import apex_studies
-
-        return apex_studies.main(argv)
-    result = train(cli.parse(ApexConfig, argv[1:], prog=PROG))
-    shown = (
-        "steps",
-        "updates",
-        "actor_steps_per_s",
-        "learner_updates_per_s",
-        "replay_ratio",
-        "dropped_updates",
-        "best_policy_score",
-        "wall_s",
-    )
-    print(to_json({key: result[key] for key in shown}), end="")
+    _, options = cli.subcommand(argv, COMMANDS, prog="python -m recipes.apex_dqn", epilog=EPILOG)
+    result = train(cli.parse(ApexConfig, options, prog=PROG))
+    print(outputs.json_text({key: result[key] for key in SHOWN}), end="")
     print(f"wrote {result['run_dir']}/apex_dqn.json")
     return result
 

@@ -183,6 +183,25 @@ def _one_line_parser() -> type[Any]:
     return OneLineErrors
 
 
+def subcommand(
+    argv: Sequence[str] | None, commands: Sequence[str], *, prog: str, epilog: str | None = None
+) -> tuple[str, list[str]]:
+    """The command ``argv[0]`` (default ``sys.argv[1:]``), one of ``commands``, and the options after it.
+
+    ``-h``/``--help`` prints ``usage: <prog> {<commands>} [options]`` (then ``epilog``) and exits 0;
+    no command or another word prints ``error: the command should be one of …, but got …`` and
+    exits 2, as argparse does."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in commands:
+        return args[0], args[1:]
+    if args and args[0] in ("-h", "--help"):
+        print(f"usage: {prog} {{{','.join(commands)}}} [options]" + (f"\n{epilog}" if epilog else ""))
+        raise SystemExit(0)
+    got = args[0] if args else "nothing"
+    print(f"error: the command should be one of {', '.join(commands)}, but got {got}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def field_overrides(items: Iterable[str]) -> dict[str, Any]:
     """``--set FIELD=VALUE`` items as ``{field: value}``, each value read as YAML (``4000`` an int,
     ``true`` a bool); ``ValueError`` naming an item without ``=``."""

@@ -1,5 +1,6 @@
-"""``recipes/apex_dqn.py``: ε_i, the actors' n-step transitions, the config checks, and CI-sized
-end-to-end runs on CartPole and MinAtar Breakout (one local Ray for the module)."""
+"""``recipes/apex_dqn.py`` and its studies (``recipes/apex_studies.py``): ε_i, the actors' n-step
+transitions, the config checks, the command lines, and CI-sized end-to-end runs on CartPole and
+MinAtar Breakout (one local Ray for the module)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("gymnasium")
 
-from recipes.apex_dqn import ApexConfig, NStepBuilder, actor_epsilon, main, train
+from recipes import apex_dqn, apex_studies
+from recipes.apex_config import ApexConfig
+from recipes.apex_dqn import actor_epsilon, train
+from recipes.apex_nstep import NStepBuilder
 from recipes.cli import ConfigError
 
 
@@ -86,19 +90,46 @@ def test_config_errors_name_the_option(changes: dict[str, Any], option: str) -> 
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"),
+    ("main", "argv", "message"),
     [
-        (["train", "--actors", "0"], "error: --actors should be > 0, but got 0"),
-        (["scaling", "--actors", "0,2"], "error: --actors should be a comma list of counts >= 1"),
-        (["compare", "--ratios", "fast"], "error: --ratios should be a comma list of distinct values"),
-        (["compare", "--apex", '{"seed": 1}'], "error: --apex should name fields of ApexConfig"),
-        (["sweep"], "error: the command should be one of train, scaling, compare, but got sweep"),
+        (apex_dqn.main, ["train", "--actors", "0"], "error: --actors should be > 0, but got 0"),
+        (apex_dqn.main, ["sweep"], "error: the command should be one of train, but got sweep"),
+        (apex_dqn.main, ["scaling"], "error: scaling is a study: python -m recipes.apex_studies scaling"),
+        (
+            apex_studies.main,
+            ["scaling", "--actors", "0,2"],
+            "error: --actors should be a comma list of counts >= 1",
+        ),
+        (
+            apex_studies.main,
+            ["compare", "--ratios", "fast"],
+            "error: --ratios should be a comma list of distinct",
+        ),
+        (
+            apex_studies.main,
+            ["compare", "--apex", '{"seed": 1}'],
+            "error: --apex should name fields of ApexConfig",
+        ),
+        (apex_studies.main, ["train"], "error: the command should be one of scaling, compare, but got train"),
     ],
 )
-def test_command_line_errors_are_one_line(argv: list[str], message: str, capsys: Any) -> None:
+def test_command_line_errors_are_one_line(main: Any, argv: list[str], message: str, capsys: Any) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("main", "usage"),
+    [
+        (apex_dqn.main, "usage: python -m recipes.apex_dqn {train} [options]"),
+        (apex_studies.main, "usage: python -m recipes.apex_studies {scaling,compare} [options]"),
+    ],
+)
+def test_help_names_the_commands(main: Any, usage: str, capsys: Any) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith(usage)
 
 
 SMALL = {

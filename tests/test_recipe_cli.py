@@ -126,3 +126,17 @@ def test_command_line_writes_lists_as_comma_lists() -> None:
     config = CliffwalkConfig(agents=("rank", "oracle"), out_dir="docs/results")
     line = cli.command_line("python -m recipes.cliffwalk", config, CliffwalkConfig())
     assert line == "python -m recipes.cliffwalk --agents rank,oracle --out_dir docs/results"
+
+
+def test_subcommand_splits_the_command_from_its_options(capsys: pytest.CaptureFixture[str]) -> None:
+    commands = ("sweep", "plot")
+    assert cli.subcommand(["plot", "--json", "x.json"], commands, prog="p") == ("plot", ["--json", "x.json"])
+    with pytest.raises(SystemExit) as exit_:
+        cli.subcommand(["--help"], commands, prog="python -m recipes.x", epilog="One run: y.")
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == "usage: python -m recipes.x {sweep,plot} [options]\nOne run: y.\n"
+    for argv, got in (([], "nothing"), (["train", "--seed", "1"], "train")):
+        with pytest.raises(SystemExit) as exit_:
+            cli.subcommand(argv, commands, prog="p")
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err == f"error: the command should be one of sweep, plot, but got {got}\n"
