@@ -16,12 +16,16 @@ change the parameters and the optimiser's state; both are put back in place afte
 first replayed update starts from exactly the state the caller built.  The optimiser must be
 capturable: its step may hold no Python-side state that changes between steps (``DQNRMSprop``
 qualifies; ``torch.optim.Adam``/``RMSprop`` need ``capturable=True``).
+
+Around the step: :func:`as_batch` puts a sampled minibatch on the networks' device,
+:class:`GraphedForward` is acting's forward as a graph, and :class:`HostCopy` brings the update's
+outputs (the new priorities) back to the host without waiting for them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -29,6 +33,34 @@ LossFn = Callable[[Sequence[torch.Tensor]], tuple[torch.Tensor, ...]]
 """``f(batch) -> (loss, *outputs)``: the first tensor is minimised, the others returned as well."""
 
 _WARMUP_STEPS = 3
+
+
+class Batch(NamedTuple):
+    """One minibatch as tensors on the networks' device (``draw.weights`` as ``weights``)."""
+
+    obs: torch.Tensor
+    action: torch.Tensor
+    reward: torch.Tensor
+    discount: torch.Tensor
+    next_obs: torch.Tensor
+    weights: torch.Tensor
+
+
+def as_batch(sample: Any, weights: Any, device: torch.device) -> Batch:
+    """The replay's sample as a :class:`Batch` on ``device``: a copy from host arrays, nothing for
+    tensors already there (a replay that samples on the device)."""
+
+    def put(value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return torch.as_tensor(value, device=device, dtype=dtype)
+
+    return Batch(
+        put(sample["obs"]),
+        put(sample["action"]),
+        put(sample["reward"], torch.float32),
+        put(sample["discount"], torch.float32),
+        put(sample["next_obs"]),
+        put(weights),
+    )
 
 
 class OptimizerStep:
