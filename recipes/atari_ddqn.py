@@ -139,11 +139,11 @@ def double_dqn_td_error(
     online network and its value from the target network (Double Q-learning, van Hasselt et al.
     2016); only ``Q(S_{j−1}, A_{j−1})`` carries a gradient.
     """
-    q_taken = q(obs).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+    q_taken: torch.Tensor = q(obs).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
         greedy = q(next_obs).argmax(dim=-1, keepdim=True)
         bootstrap = q_target(next_obs).gather(-1, greedy).squeeze(-1)
-        target = reward + discount * bootstrap
+        target: torch.Tensor = reward + discount * bootstrap
     return target - q_taken
 
 
@@ -158,9 +158,9 @@ def dqn_td_error(
 ) -> torch.Tensor:
     """``δ_j = R_j + γ_j max_a Q_target(S_j, a) − Q(S_{j−1}, A_{j−1})`` (DQN, Mnih et al. 2015):
     the target network both picks and values the action (the paper's DQN arms, Table 3)."""
-    q_taken = q(obs).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+    q_taken: torch.Tensor = q(obs).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
-        target = reward + discount * q_target(next_obs).max(dim=-1).values
+        target: torch.Tensor = reward + discount * q_target(next_obs).max(dim=-1).values
     return target - q_taken
 
 
@@ -260,7 +260,7 @@ def act(
     device: torch.device,
 ) -> np.ndarray:
     """ε-greedy actions, one per environment (Algorithm 1, line 4); no network call while ε = 1."""
-    n = obs.shape[0]
+    n: int = obs.shape[0]
     if epsilon >= 1.0:
         return rng.integers(0, num_actions, n)
     with torch.no_grad():

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tqdm import tqdm  # type: ignore[import-untyped]
+from tqdm import tqdm
 
 from recipes import cli, outputs
 from recipes import dqn_sweep_report as report
@@ -174,8 +174,8 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
         for i, run in enumerate(runs):
             try:
                 outcome: dict[str, Any] | BaseException = _run(run, names[i])
-            except Exception as error:
-                outcome = error
+            except Exception as failure:
+                outcome = failure
             finish(i, outcome)
     else:
         context = multiprocessing.get_context("spawn")  # CUDA and torch threads need fresh processes

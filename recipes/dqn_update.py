@@ -109,7 +109,7 @@ class OptimizerStep:
     def _eager(self, batch: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         loss, *outputs = self.loss_fn(batch)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
         self.optimizer.step()
         return (loss.detach(), *(o.detach() for o in outputs))
 
@@ -130,7 +130,7 @@ class OptimizerStep:
         self._inputs = [value.detach().clone() for value in batch]
         saved_params = [p.detach().clone() for p in self.params]
         saved_state = _optimizer_tensors(self.optimizer)
-        side = torch.cuda.Stream()
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch leaves Stream.__new__ unannotated
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(_WARMUP_STEPS):
@@ -144,7 +144,7 @@ class OptimizerStep:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             loss, *outputs = self.loss_fn(self._inputs)
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
             self.optimizer.step()
         self._outputs = (loss.detach(), *(o.detach() for o in outputs))
         self._graph = graph
@@ -196,7 +196,7 @@ class GraphedForward:
             return self.module(x)  # type: ignore[no-any-return]
         if self._graph is None:
             self._input = x.clone()
-            side = torch.cuda.Stream()
+            side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch leaves Stream.__new__ unannotated
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 for _ in range(_WARMUP_STEPS):
@@ -246,7 +246,7 @@ class HostCopy:
             pinned = torch.empty(flat.numel(), dtype=torch.float32, pin_memory=True)
             self._pinned[i] = pinned
         pinned.copy_(flat, non_blocking=True)
-        event = torch.cuda.Event()
+        event = torch.cuda.Event()  # type: ignore[no-untyped-call]  # torch leaves Event.__new__ unannotated
         event.record()
         return Pending(pinned.numpy(), event)
 
