@@ -109,6 +109,15 @@ class ActorLearnerConfig:
         )
 
 
+def env_dims(env: gym.Env[Any, Any]) -> tuple[int, int]:
+    """``(observation size, number of actions)`` of an environment with a flat Box observation and
+    Discrete actions."""
+    shape, actions = env.observation_space.shape, env.action_space
+    if shape is None or not isinstance(actions, gym.spaces.Discrete):
+        raise ValueError(f"env should have a flat observation and discrete actions, but has {env.spec}")
+    return shape[0], int(actions.n)
+
+
 def q_network(obs_dim: int, actions: int, hidden: int) -> nn.Module:
     return nn.Sequential(
         nn.Linear(obs_dim, hidden),
@@ -160,7 +169,8 @@ def actor(
     envs = [gym.make(config.env_id) for _ in range(config.envs_per_actor)]
     obs = [env.reset(seed=config.seed + 100 * i + e)[0] for e, env in enumerate(envs)]
     episode_return = [0.0] * len(envs)
-    network = q_network(envs[0].observation_space.shape[0], envs[0].action_space.n, config.hidden)
+    obs_dim, num_actions = env_dims(envs[0])
+    network = q_network(obs_dim, num_actions, config.hidden)
     weights.load_into(network)
     seen, stats.returns = weights.version, []
     while not stop.is_set():
@@ -169,7 +179,7 @@ def actor(
             weights.load_into(network)
         for e, env in enumerate(envs):
             if rng.random() < epsilon:
-                action = int(rng.integers(env.action_space.n))
+                action = int(rng.integers(num_actions))
             else:
                 with torch.no_grad():
                     action = int(network(torch.as_tensor(obs[e])).argmax())
@@ -199,7 +209,7 @@ def main(config: ActorLearnerConfig | None = None) -> dict[str, Any]:
     torch.manual_seed(config.seed)
     torch.set_num_threads(1)  # threads share the cores: one each
     probe = gym.make(config.env_id)
-    obs_dim, num_actions = probe.observation_space.shape[0], int(probe.action_space.n)
+    obs_dim, num_actions = env_dims(probe)
     online = q_network(obs_dim, num_actions, config.hidden)
     target = copy.deepcopy(online)
     optimizer = torch.optim.Adam(online.parameters(), lr=config.lr)
@@ -244,7 +254,7 @@ def main(config: ActorLearnerConfig | None = None) -> dict[str, Any]:
                 huber = nn.functional.smooth_l1_loss(td, torch.zeros_like(td), reduction="none")
                 loss = (torch.as_tensor(draw.weights) * huber).mean()
                 optimizer.zero_grad()
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
                 optimizer.step()
                 # PER: |δ| back to the sampler (line 12); stale updates (slot rewritten) dropped
                 replay.update_priorities(draw.indices, td.detach().abs(), generations=batch.generation)

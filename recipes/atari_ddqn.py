@@ -32,10 +32,12 @@ Commands (``PYTHONPATH=.`` is enough, nothing needs installing)::
 
 Options given on the command line win over the arm's file, which wins over the family's; each
 value and its source is listed in ``docs/recipes/atari_ddqn.md``.  Sweeps, plots and the weight
-ablation live in ``recipes/dqn_sweep.py``; the config, its files and ``train``'s options in
-``recipes/dqn_config.py``; the network and optimizer in ``recipes/dqn_model.py``; schedules, loop
-state, checkpoints and the end of a run in ``recipes/dqn_run.py``; timers, logging, evaluation
-bookkeeping and checkpoint files in ``recipes/dqn_parts.py``; environments in ``recipes/dqn_envs.py``.
+ablation live in ``recipes/dqn_sweep.py``; the config, its files and the command line in
+``recipes/dqn_config.py``; the network and optimizer in ``recipes/dqn_model.py``; the minibatch on
+the device, the update as one call (a CUDA graph on a GPU) and the copies back in
+``recipes/dqn_update.py``; the run's start, schedules, loop state, the ``metrics.csv`` row,
+checkpoints and the end of a run in ``recipes/dqn_run.py``; timers, logging, evaluation bookkeeping
+and checkpoint files in ``recipes/dqn_parts.py``; environments in ``recipes/dqn_envs.py``.
 """
 
 from __future__ import annotations
@@ -46,17 +48,15 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
-from tqdm import tqdm  # type: ignore[import-untyped]
 
 from prisample.diagnostics import Diagnostics
 from prisample.laber import LaBER
 from prisample.losses import lap_priorities
-from recipes import outputs
 from recipes.dqn_config import (
     ABLATION_ARMS,
     ARMS,
@@ -65,30 +65,28 @@ from recipes.dqn_config import (
     DDQNConfig,
     config_files,
     load_config,
-    parse_train,
+    parse_command,
     protocols,
     resolve_device,
     run_dir,
 )
-from recipes.dqn_envs import (
-    SendRecv,
-    atari_rom,
-    env_family,
-    lives,
-    load_atari_scores,
-    make_env,
-)
+from recipes.dqn_envs import SendRecv, lives, make_env
 from recipes.dqn_model import DQNRMSprop, QNetwork, SharedBias, make_optimizer
-from recipes.dqn_parts import (
-    Evaluator,
-    Logger,
-    RunResult,
-    StepRate,
-    load_checkpoint,
-    save_checkpoint,
+from recipes.dqn_parts import Logger, RunResult, StepRate, load_checkpoint, progress_bar
+from recipes.dqn_run import (
+    LoopState,
+    Schedules,
+    env_options,
+    finish,
+    make_evaluator,
+    metrics_row,
+    periodic_checkpoint,
+    resume,
+    save_diagnostics,
+    start_run,
+    stopping,
 )
-from recipes.dqn_run import LoopState, Schedules, checkpoint, finish, resume
-from recipes.dqn_update import GraphedForward, HostCopy, LossFn, OptimizerStep, Pending
+from recipes.dqn_update import Batch, GraphedForward, HostCopy, LossFn, OptimizerStep, Pending, as_batch
 
 __all__ = [  # the recipe's names, those defined in its parts included (other modules import them from here)
     "ABLATION_ARMS",
@@ -141,11 +139,11 @@ def double_dqn_td_error(
     online network and its value from the target network (Double Q-learning, van Hasselt et al.
     2016); only ``Q(S_{j−1}, A_{j−1})`` carries a gradient.
     """
-    q_taken = q(obs).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+    q_taken: torch.Tensor = q(obs).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
         greedy = q(next_obs).argmax(dim=-1, keepdim=True)
         bootstrap = q_target(next_obs).gather(-1, greedy).squeeze(-1)
-        target = reward + discount * bootstrap
+        target: torch.Tensor = reward + discount * bootstrap
     return target - q_taken
 
 
@@ -160,43 +158,15 @@ def dqn_td_error(
 ) -> torch.Tensor:
     """``δ_j = R_j + γ_j max_a Q_target(S_j, a) − Q(S_{j−1}, A_{j−1})`` (DQN, Mnih et al. 2015):
     the target network both picks and values the action (the paper's DQN arms, Table 3)."""
-    q_taken = q(obs).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+    q_taken: torch.Tensor = q(obs).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
-        target = reward + discount * q_target(next_obs).max(dim=-1).values
+        target: torch.Tensor = reward + discount * q_target(next_obs).max(dim=-1).values
     return target - q_taken
 
 
 TD_ERRORS = {"double_dqn": double_dqn_td_error, "dqn": dqn_td_error}
 LABER_EPS = 1e-6
 """Added to LaBER's scores |δ| so that a large batch of zero errors still keeps k (then uniformly)."""
-
-
-class Batch(NamedTuple):
-    """One minibatch as tensors on the networks' device (``draw.weights`` as ``weights``)."""
-
-    obs: torch.Tensor
-    action: torch.Tensor
-    reward: torch.Tensor
-    discount: torch.Tensor
-    next_obs: torch.Tensor
-    weights: torch.Tensor
-
-
-def as_batch(sample: Any, weights: Any, device: torch.device) -> Batch:
-    """The replay's sample as a :class:`Batch` on ``device``: a copy from host arrays, nothing for
-    tensors already there (a replay that samples on the device)."""
-
-    def put(value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
-        return torch.as_tensor(value, device=device, dtype=dtype)
-
-    return Batch(
-        put(sample["obs"]),
-        put(sample["action"]),
-        put(sample["reward"], torch.float32),
-        put(sample["discount"], torch.float32),
-        put(sample["next_obs"]),
-        put(weights),
-    )
 
 
 def td_loss(q: nn.Module, q_target: nn.Module, cfg: DDQNConfig) -> LossFn:
@@ -290,7 +260,7 @@ def act(
     device: torch.device,
 ) -> np.ndarray:
     """ε-greedy actions, one per environment (Algorithm 1, line 4); no network call while ε = 1."""
-    n = obs.shape[0]
+    n: int = obs.shape[0]
     if epsilon >= 1.0:
         return rng.integers(0, num_actions, n)
     with torch.no_grad():
@@ -317,16 +287,8 @@ def train(cfg: DDQNConfig) -> RunResult:
     from prisample.replay import PrioritizedReplay
 
     started = time.perf_counter()
-    torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    device = resolve_device(cfg.device)
-    run_dir(cfg).mkdir(parents=True, exist_ok=True)
-    outputs.write_json(run_dir(cfg) / "config.json", asdict(cfg))
-    options: dict[str, Any] = dict(backend=cfg.env_backend, noop_max=cfg.noop_max, threads=cfg.env_threads)
-    env, spec = make_env(cfg.env, cfg.num_envs, **options)
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest convolutions once
-        torch.backends.cuda.matmul.allow_tf32 = True  # as cuDNN's convolutions: TF32 matrix products
+    device = start_run(cfg)  # threads, seed, device, the run's directory
+    env, spec = make_env(cfg.env, cfg.num_envs, **env_options(cfg))
     q = QNetwork(cfg.network, spec, cfg.hidden, cfg.shared_bias).to(device)  # Q with random θ
     q_target = copy.deepcopy(q)
     graph = cfg.cuda_graph and device.type == "cuda"
@@ -357,32 +319,13 @@ def train(cfg: DDQNConfig) -> RunResult:
         laber = LaBER(cfg.batch_size, cfg.laber_m, eps=LABER_EPS, seed=laber_seed)
     rng = np.random.default_rng([cfg.seed, 1])
     logger = Logger(run_dir(cfg), cfg.tensorboard, resume=cfg.resume)
-    scores = load_atari_scores().get(atari_rom(cfg.env)) if env_family(cfg.env) == "atari" else None
-    evaluator = Evaluator(
-        make_env(cfg.env, cfg.eval_envs, **options)[0],
-        epsilon=cfg.eval_epsilon,
-        max_steps=cfg.eval_steps,
-        max_episodes=cfg.eval_episodes,
-        seed=cfg.seed,
-        device=device,
-        scores=scores,
-        logger=logger,
-        run_dir=run_dir(cfg),
-    )
+    evaluator = make_evaluator(cfg, device, logger)
     parts = dict(
         q=q, q_target=q_target, optimizer=optimizer, replay=replay, rng=rng, evaluator=evaluator, laber=laber
     )
     state, env = resume(cfg, load_checkpoint(run_dir(cfg) / "checkpoint.pt", device), env, parts)
     timer, window, rate = state.timer, state.window, StepRate(state.step)
-    bar = tqdm(
-        total=cfg.total_steps,
-        initial=state.step,
-        desc=f"{cfg.env} {cfg.arm}",
-        unit="step",
-        disable=not cfg.progress,
-        dynamic_ncols=True,
-        smoothing=0.05,
-    )
+    bar = progress_bar(cfg, state.step)
     forward = GraphedForward(q, graph=graph)  # acting's Q(S_t, ·), a CUDA graph on a GPU
     stepper = SendRecv(env)
 
@@ -401,13 +344,7 @@ def train(cfg: DDQNConfig) -> RunResult:
                     replay.update_priorities(indices, host[:-3])
             if diagnostics is not None:
                 diagnostics.on_update(indices, host[:-3])
-            # PER: the loss, mean |δ|, and the weights' mean and minimum
-            window.add(
-                loss=float(host[-3]),
-                td_abs=float(host[:-3].mean()),
-                weight_mean=float(host[-2]),
-                weight_min=float(host[-1]),
-            )
+            window.add_update(host)  # PER: the loss, mean |δ|, and the weights' mean and minimum
 
     def update_due(step: int, alpha: float, beta: float) -> None:
         """Lines 7-15 once learning started: one minibatch update per K agent steps up to ``step``."""
@@ -439,14 +376,7 @@ def train(cfg: DDQNConfig) -> RunResult:
             state.updates += 1
             state.due -= cfg.replay_period
 
-    stopped = "done"
-    while state.step < cfg.total_steps:
-        if cfg.stop_after is not None and state.step >= cfg.stop_after:
-            stopped = "stop_after"
-            break
-        if cfg.time_budget_s is not None and time.perf_counter() - started > cfg.time_budget_s:
-            stopped = "time_budget"
-            break
+    while (stopped := stopping(cfg, state.step, started)) is None:  # total_steps, stop_after, time_budget
         epsilon, alpha, beta = schedules.at(state.step)
         with timer("act"):  # A_t ~ ε-greedy(Q(S_t, ·)) in every environment (line 4)
             actions = act(forward, state.obs, epsilon, rng, spec.num_actions, device)
@@ -490,38 +420,18 @@ def train(cfg: DDQNConfig) -> RunResult:
             result = evaluator.select(q, state.next_eval)
             state.next_eval += cfg.eval_every
             bar.set_postfix_str(f"eval {result.score:.1f}", refresh=False)
-        if state.step >= state.next_log:
-            recent = state.episode_returns[-20:]
-            logger.log(
-                "metrics",
-                state.step,
-                {
-                    "train/episode_return": float(np.mean(recent)) if recent else float("nan"),
-                    "train/episodes": float(len(state.episode_returns)),
-                    "train/epsilon": epsilon,
-                    # PER: logged α, β, max priority and the weights' window
-                    "per/alpha": replay.sampler.alpha,
-                    "per/beta": replay.sampler.beta,
-                    "per/max_priority": replay.sampler.max_priority,
-                    "perf/steps_per_s": rate(state.step),
-                    "replay/size": float(len(replay)),
-                    "updates": float(state.updates),
-                    **window.drain(),
-                },
-            )
+        if state.step >= state.next_log:  # PER: the row logs α, β, max priority and the weights' window
+            logger.log("metrics", state.step, metrics_row(state, epsilon, replay, rate(state.step)))
             if diagnostics is not None:  # PER: sorted |δ| and P(i) against |δ| of the memory now
                 diagnostics.snapshot(state.step, replay.sampler)
             state.next_log += cfg.log_every
         if state.next_checkpoint is not None and state.step >= state.next_checkpoint:
-            write_priorities(keep=0)
-            save_checkpoint(run_dir(cfg) / "checkpoint.pt", checkpoint(cfg, state, env, parts))
-            state.next_checkpoint += cfg.checkpoint_every  # type: ignore[operator]
+            write_priorities(keep=0)  # the checkpoint holds every update's priorities
+            periodic_checkpoint(cfg, state, env, parts)
     write_priorities(keep=0)
     bar.close()
     if diagnostics is not None:
-        diagnostics.snapshot(state.step, replay.sampler)
-        diagnostics.save_json(run_dir(cfg) / "diagnostics.json")
-        diagnostics.plot(run_dir(cfg) / "diagnostics", title=f"{cfg.env} {cfg.arm}")
+        save_diagnostics(cfg, diagnostics, state.step, replay)
     return finish(cfg, state, env, parts, stopped, started, logger)
 
 
@@ -530,15 +440,7 @@ def train(cfg: DDQNConfig) -> RunResult:
 
 def main(argv: list[str] | None = None) -> RunResult:
     """``python -m recipes.atari_ddqn [train] [options]``; ``--help`` lists the options."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in ("sweep", "plot"):
-        print(f"error: {argv[0]} moved: python -m recipes.dqn_sweep {argv[0]} ...", file=sys.stderr)
-        raise SystemExit(2)
-    if argv and not argv[0].startswith("-") and argv[0] != "train":
-        print(f"error: the command should be train, but got {argv[0]}", file=sys.stderr)
-        raise SystemExit(2)
-    config = parse_train(argv[1:] if argv and argv[0] == "train" else argv)
-    result = train(config)
+    result = train(parse_command(sys.argv[1:] if argv is None else argv))
     print(json.dumps({k: v for k, v in asdict(result).items() if k != "config"}, indent=1))
     return result
 

@@ -1,4 +1,4 @@
-"""The Double DQN recipe's configuration: :class:`DDQNConfig`, its config files and ``train``'s options.
+"""The Double DQN recipe's configuration: :class:`DDQNConfig`, its config files and its command line.
 
 A run's values come from three YAML files under ``recipes/configs/atari_ddqn/`` (the environment
 family's, the protocol's if any, the arm's; :func:`config_files`), then the command line.
@@ -6,6 +6,8 @@ family's, the protocol's if any, the arm's; :func:`config_files`), then the comm
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -297,6 +299,19 @@ def resolve_device(device: str) -> torch.device:
 
 
 # -- the command line of ``python -m recipes.atari_ddqn train`` ---------------------------------------
+
+
+def parse_command(argv: Sequence[str]) -> DDQNConfig:
+    """The config of ``python -m recipes.atari_ddqn [train] [options]``: ``train`` is the one command
+    (and may be left out); ``sweep`` and ``plot`` moved to ``recipes.dqn_sweep``."""
+    argv = list(argv)
+    if argv and argv[0] in ("sweep", "plot"):
+        print(f"error: {argv[0]} moved: python -m recipes.dqn_sweep {argv[0]} ...", file=sys.stderr)
+        raise SystemExit(2)
+    if argv and not argv[0].startswith("-") and argv[0] != "train":
+        print(f"error: the command should be train, but got {argv[0]}", file=sys.stderr)
+        raise SystemExit(2)
+    return parse_train(argv[1:] if argv and argv[0] == "train" else argv)
 
 
 def parse_train(argv: list[str]) -> DDQNConfig:

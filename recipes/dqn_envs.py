@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -195,6 +195,15 @@ class SendRecv:
 def seed_envs(env: gym.vector.VectorEnv, seed: int) -> tuple[np.ndarray, dict[str, Any]]:
     """Reset every sub-environment, seeding them ``seed, seed + 1, ...``."""
     return env.reset(seed=seed)
+
+
+def reset_with_seeds(env: gym.vector.VectorEnv, seeds: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+    """Reset every sub-environment: ALE's vector env (the one with ``send``) seeds environment ``e``
+    with ``seeds[e]``; another vector env takes ``seeds[0]`` and seeds the others ``seeds[0] + 1, ...``."""
+    if hasattr(env, "send"):
+        reset: Callable[..., tuple[np.ndarray, dict[str, Any]]] = env.reset  # ALE's takes an array of seeds
+        return reset(seed=seeds)
+    return env.reset(seed=int(seeds[0]))
 
 
 def lives(info: dict[str, Any], num_envs: int) -> npt.NDArray[np.int64]:

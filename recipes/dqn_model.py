@@ -23,7 +23,8 @@ class SharedBias(nn.Module):
         self.bias = nn.Parameter(torch.zeros(1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear(x) + self.bias
+        scores: torch.Tensor = self.linear(x)
+        return scores + self.bias
 
 
 class QNetwork(nn.Module):

@@ -1,5 +1,5 @@
-"""Shared parts of the DQN recipes: timers, metric windows, CSV/TensorBoard logging, evaluation
-bookkeeping, checkpoint files and the run's result record (DQN Zoo's ``parts.py``).
+"""Shared parts of the DQN recipes: timers, metric windows, CSV/TensorBoard logging, the progress bar,
+evaluation bookkeeping, checkpoint files and the run's result record (DQN Zoo's ``parts.py``).
 
 None of this is the algorithm: ``recipes/atari_ddqn.py`` holds the agent and its loop and calls
 these parts, so the loop reads as Algorithm 1 of Schaul et al. (2016).
@@ -16,9 +16,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
+from tqdm import tqdm
+
+if TYPE_CHECKING:
+    from recipes.dqn_config import DDQNConfig
 
 COLUMNS = {
     "metrics": (
@@ -89,6 +94,16 @@ class MetricWindow:
     def add(self, **values: float) -> None:
         for key, value in values.items():
             self.values.setdefault(key, []).append(value)
+
+    def add_update(self, values: np.ndarray) -> None:
+        """One update's values as the loop copies them to the host, ``[|δ_1|, ..., |δ_k|, loss,
+        mean w, min w]``: its loss, mean ``|δ|``, and the importance weights' mean and minimum."""
+        self.add(
+            loss=float(values[-3]),
+            td_abs=float(values[:-3].mean()),
+            weight_mean=float(values[-2]),
+            weight_min=float(values[-1]),
+        )
 
     def drain(self) -> dict[str, float]:
         """Means since the last drain, keyed ``per/weight_*`` or ``train/*``; then empty."""
@@ -219,6 +234,19 @@ def finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def progress_bar(cfg: DDQNConfig, initial: int) -> Any:
+    """The run's ``tqdm`` bar over its agent steps (hidden without ``cfg.progress``)."""
+    return tqdm(
+        total=cfg.total_steps,
+        initial=initial,
+        desc=f"{cfg.env} {cfg.arm}",
+        unit="step",
+        disable=not cfg.progress,
+        dynamic_ncols=True,
+        smoothing=0.05,
+    )
+
+
 class StepRate:
     """Agent steps per second since the previous reading (wall clock; not checkpointed)."""
 
@@ -254,8 +282,6 @@ class Evaluator:
         logger: Logger,
         run_dir: Path,
     ) -> None:
-        import numpy as np
-
         self.env, self.epsilon, self.max_steps, self.max_episodes = env, epsilon, max_steps, max_episodes
         self.seed, self.device, self.scores, self.logger = seed, device, scores, logger
         self.best_path = run_dir / "best_q.pt"
@@ -288,8 +314,6 @@ class Evaluator:
         """The kept best network on fresh episodes (start seeds and ε-draws no selecting
         evaluation used); NaN with 0 episodes when no evaluation finished an episode."""
         import copy
-
-        import numpy as np
 
         from recipes.dqn_envs import Evaluation
 

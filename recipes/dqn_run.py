@@ -1,12 +1,13 @@
-"""The Double DQN recipe's loop state: schedules, what one step carries to the next, checkpoints and the
-end of a run."""
+"""The Double DQN recipe's run around Algorithm 1: its start (threads, seed, device, run directory,
+evaluator), schedules, what one step carries to the next, when to stop, the ``metrics.csv`` row,
+checkpoints and the end of a run."""
 
 from __future__ import annotations
 
 import pickle
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle  # type: ignore[import-untyped]
 import numpy as np
@@ -14,8 +15,8 @@ import torch
 
 from prisample import LinearSchedule
 from recipes import outputs
-from recipes.dqn_config import DDQNConfig, run_dir
-from recipes.dqn_envs import lives, seed_envs
+from recipes.dqn_config import DDQNConfig, resolve_device, run_dir
+from recipes.dqn_envs import atari_rom, env_family, lives, load_atari_scores, make_env, seed_envs
 from recipes.dqn_parts import (
     Evaluator,
     Logger,
@@ -26,6 +27,50 @@ from recipes.dqn_parts import (
     normalized_or_nan,
     save_checkpoint,
 )
+
+if TYPE_CHECKING:
+    from prisample.diagnostics import Diagnostics
+    from prisample.replay import PrioritizedReplay
+
+# -- the start of a run ------------------------------------------------------------------------------
+
+
+def start_run(cfg: DDQNConfig) -> torch.device:
+    """Threads, seed and device of the run, its directory with ``config.json``; on a CUDA device,
+    cuDNN's autotuner (fixed input shapes: the fastest convolutions are picked once) and TF32
+    matrix products (as cuDNN's convolutions)."""
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    device = resolve_device(cfg.device)
+    run_dir(cfg).mkdir(parents=True, exist_ok=True)
+    outputs.write_json(run_dir(cfg) / "config.json", asdict(cfg))
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = True
+    return device
+
+
+def env_options(cfg: DDQNConfig) -> dict[str, Any]:
+    """Keywords of :func:`~recipes.dqn_envs.make_env` for the training and evaluation environments."""
+    return dict(backend=cfg.env_backend, noop_max=cfg.noop_max, threads=cfg.env_threads)
+
+
+def make_evaluator(cfg: DDQNConfig, device: torch.device, logger: Logger) -> Evaluator:
+    """The run's evaluations (App. B.2.3) on ``cfg.eval_envs`` environments of their own; on Atari
+    they also report the human-normalised score (the paper's per-game scores)."""
+    scores = load_atari_scores().get(atari_rom(cfg.env)) if env_family(cfg.env) == "atari" else None
+    return Evaluator(
+        make_env(cfg.env, cfg.eval_envs, **env_options(cfg))[0],
+        epsilon=cfg.eval_epsilon,
+        max_steps=cfg.eval_steps,
+        max_episodes=cfg.eval_episodes,
+        seed=cfg.seed,
+        device=device,
+        scores=scores,
+        logger=logger,
+        run_dir=run_dir(cfg),
+    )
+
 
 # -- schedules and loop state ------------------------------------------------------------------------
 
@@ -97,6 +142,39 @@ class LoopState:
             self.returns[i] = 0.0
 
 
+def stopping(cfg: DDQNConfig, step: int, started: float) -> str | None:
+    """Why the loop stops before agent step ``step``: ``"done"`` (``total_steps`` reached),
+    ``"stop_after"`` or ``"time_budget"`` (seconds since ``started``); None while it goes on."""
+    if step >= cfg.total_steps:
+        return "done"
+    if cfg.stop_after is not None and step >= cfg.stop_after:
+        return "stop_after"
+    if cfg.time_budget_s is not None and time.perf_counter() - started > cfg.time_budget_s:
+        return "time_budget"
+    return None
+
+
+def metrics_row(
+    state: LoopState, epsilon: float, replay: PrioritizedReplay, steps_per_s: float
+) -> dict[str, float]:
+    """One ``metrics.csv`` row: the mean return of the last 20 episodes, ε, the memory's α, β and
+    maximal priority (PER), its size, the updates so far, and the per-update values since the last
+    row (loss, mean |δ|, the importance weights' mean and minimum; :class:`MetricWindow`)."""
+    recent = state.episode_returns[-20:]
+    return {
+        "train/episode_return": float(np.mean(recent)) if recent else float("nan"),
+        "train/episodes": float(len(state.episode_returns)),
+        "train/epsilon": epsilon,
+        "per/alpha": replay.sampler.alpha,
+        "per/beta": replay.sampler.beta,
+        "per/max_priority": replay.sampler.max_priority,
+        "perf/steps_per_s": steps_per_s,
+        "replay/size": float(len(replay)),
+        "updates": float(state.updates),
+        **state.window.drain(),
+    }
+
+
 # -- checkpoints and the end of a run ----------------------------------------------------------------
 
 
@@ -119,6 +197,15 @@ def checkpoint(cfg: DDQNConfig, state: LoopState, env: Any, parts: dict[str, Any
         "env": env_blob,
         "laber": parts["laber"].state_dict() if parts["laber"] is not None else None,
     }
+
+
+def periodic_checkpoint(cfg: DDQNConfig, state: LoopState, env: Any, parts: dict[str, Any]) -> None:
+    """The checkpoint due every ``checkpoint_every`` steps: ``checkpoint.pt`` written (the loop state
+    as it is, the step it was due at included), then the next one scheduled (none when a resumed
+    run turned ``checkpoint_every`` off)."""
+    save_checkpoint(run_dir(cfg) / "checkpoint.pt", checkpoint(cfg, state, env, parts))
+    due, every = state.next_checkpoint, cfg.checkpoint_every
+    state.next_checkpoint = None if due is None or every is None else due + every
 
 
 def resume(
@@ -160,6 +247,13 @@ def resume(
         state.prev_done, state.life = np.zeros(cfg.num_envs, dtype=bool), lives(info, cfg.num_envs)
         state.returns = np.zeros(cfg.num_envs)
     return state, env
+
+
+def save_diagnostics(cfg: DDQNConfig, diagnostics: Diagnostics, step: int, replay: PrioritizedReplay) -> None:
+    """The last snapshot of the memory, then ``diagnostics.json`` and its figures (Figs. 10-11)."""
+    diagnostics.snapshot(step, replay.sampler)
+    diagnostics.save_json(run_dir(cfg) / "diagnostics.json")
+    diagnostics.plot(run_dir(cfg) / "diagnostics", title=f"{cfg.env} {cfg.arm}")
 
 
 def finish(

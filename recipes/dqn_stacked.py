@@ -31,7 +31,7 @@ class StackedQNetwork(nn.Module):
         super().__init__()
         if not members:
             raise ValueError("members should hold at least one network, but got none")
-        params, buffers = stack_module_state(list(members))  # type: ignore[arg-type]
+        params, buffers = stack_module_state(list(members))
         self.names = list(params)
         self.stacked = nn.ParameterList(nn.Parameter(params[name].detach().clone()) for name in self.names)
         if buffers:
@@ -47,7 +47,7 @@ class StackedQNetwork(nn.Module):
         def one(params: tuple[torch.Tensor, ...], x: torch.Tensor) -> torch.Tensor:
             return functional_call(template, dict(zip(self.names, params, strict=True)), (x,))  # type: ignore[no-any-return]
 
-        return vmap(one)(tuple(self.stacked), obs)  # type: ignore[no-any-return]
+        return vmap(one)(tuple(self.stacked), obs)
 
     @torch.no_grad()
     def member(self, a: int) -> nn.Module:

@@ -14,6 +14,7 @@ the committed results)
 
 ``python -m recipes.dqn_sweep plot --json <out>.json [--metric weight_mean]`` re-draws a PNG from
 the JSON.  This module imports the recipe (``recipes.atari_ddqn``); the recipe does not import it.
+The curves, plots and table are built in ``recipes/dqn_sweep_report.py``.
 
 The importance-weight ablation (issue 12) is a sweep with a grid::
 
@@ -23,10 +24,8 @@ The importance-weight ablation (issue 12) is a sweep with a grid::
 
 from __future__ import annotations
 
-import csv
 import itertools
 import json
-import math
 import multiprocessing
 import os
 import sys
@@ -36,13 +35,15 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
-from tqdm import tqdm  # type: ignore[import-untyped]
+from tqdm import tqdm
 
 from recipes import cli, outputs
+from recipes import dqn_sweep_report as report
 from recipes.atari_ddqn import ARMS, PAPER_ARMS, DDQNConfig, config_files, train
-from recipes.dqn_envs import atari_rom, env_family, load_atari_scores, normalized_score
+
+collect, plot = report.collect, report.plot  # the sweep's curves and their plot, imported from here too
+_machine = outputs.machine_description  # the old name, for modules that import it
 
 
 @dataclass(frozen=True)
@@ -173,8 +174,8 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
         for i, run in enumerate(runs):
             try:
                 outcome: dict[str, Any] | BaseException = _run(run, names[i])
-            except Exception as error:
-                outcome = error
+            except Exception as failure:
+                outcome = failure
             finish(i, outcome)
     else:
         context = multiprocessing.get_context("spawn")  # CUDA and torch threads need fresh processes
@@ -203,118 +204,6 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
     return curves
 
 
-def _name(result: dict[str, Any]) -> str:
-    return str(result.get("label", result["config"]["arm"]))
-
-
-def _weight_means(result: dict[str, Any]) -> dict[int, float]:
-    """``{step: per/weight_mean}`` from the run's ``metrics.csv`` (empty if it is gone)."""
-    path = Path(result.get("run_dir", "")) / "metrics.csv"
-    if "run_dir" not in result or not path.exists():
-        return {}
-    with path.open() as f:
-        rows = list(csv.DictReader(f))
-    return {int(row["step"]): float(row["per/weight_mean"]) for row in rows if row.get("per/weight_mean")}
-
-
-def _finite(value: Any) -> Any:
-    return value if value is None or math.isfinite(value) else None
-
-
-def collect(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """``{curve: {"steps", "returns" (per step, per seed), "seeds", "best", "best_selecting",
-    "steps_reached", ..., "log_steps", "weight_mean" (per logged step, per seed)}}``; one curve per
-    arm, or per arm and grid point."""
-    curves: dict[str, Any] = {}
-    names = sorted({_name(r) for r in results}, key=lambda n: (ARMS.index(n.split()[0]), n))
-    for name in names:
-        mine = sorted((r for r in results if _name(r) == name), key=lambda r: r["config"]["seed"])
-        steps = sorted({s for r in mine for s in r["eval_steps"]})
-        table = []
-        for step in steps:
-            row = []
-            for r in mine:
-                at = dict(zip(r["eval_steps"], r["eval_scores"], strict=True))
-                row.append(_finite(at.get(step)))
-            table.append(row)
-        weights = [_weight_means(r) for r in mine]
-        log_steps = sorted({s for w in weights for s in w})
-        curves[name] = {
-            "steps": steps,
-            "returns": table,
-            "seeds": [r["config"]["seed"] for r in mine],
-            "best": [_finite(r.get("best_policy_score", r["best_score"])) for r in mine],
-            "best_selecting": [_finite(r["best_score"]) for r in mine],
-            "steps_reached": [r["steps"] for r in mine],
-            "steps_per_s": [round(r["steps_per_s"], 1) for r in mine],
-            "wall_s": [round(r["wall_s"], 1) for r in mine],
-            "stopped": [r["stopped"] for r in mine],
-            "log_steps": log_steps,
-            "weight_mean": [[w.get(s) for w in weights] for s in log_steps],
-        }
-    return curves
-
-
-def to_json(curves: dict[str, Any]) -> str:
-    """JSON with one line per innermost list."""
-    return outputs.json_text(curves, compact_lists=True)
-
-
-STYLE = {
-    "uniform": ("black", "uniform (Double DQN)"),
-    "proportional": ("blue", "proportional"),
-    "rank": ("red", "rank-based"),
-    "lap": ("green", "LAP"),
-    "laber": ("orange", "LaBER-mean"),
-}
-"""The paper's colours (Figs. 9-10), then the ablation's LAP and LaBER."""
-
-
-def curve_stats(returns: list[list[float | None]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per evaluation point: mean, min, max over the seeds that reached it, and their count."""
-    x = np.array([[math.nan if v is None else v for v in row] for row in returns], dtype=np.float64)
-    count = np.sum(np.isfinite(x), axis=1)
-    with np.errstate(all="ignore"):
-        mean = np.where(count > 0, np.nanmean(np.where(np.isfinite(x), x, np.nan), axis=1), np.nan)
-        low = np.where(count > 0, np.nanmin(np.where(np.isfinite(x), x, np.inf), axis=1), np.nan)
-        high = np.where(count > 0, np.nanmax(np.where(np.isfinite(x), x, -np.inf), axis=1), np.nan)
-    return mean, low, high, count
-
-
-def plot(curves: dict[str, Any], path: Path, title: str, metric: str = "returns") -> Path:
-    """Mean over seeds with the min–max band, per curve: the evaluation score (``returns``) or
-    the mean importance weight of the batches (``weight_mean``)."""
-    x_key = "steps" if metric == "returns" else "log_steps"
-    palette = outputs.default_colors()
-    with outputs.figure(path, figsize=(6, 4)) as (_, ax):
-        _draw_curves(ax, curves, x_key, metric, palette, title)
-    return path
-
-
-def _draw_curves(
-    ax: Any, curves: dict[str, Any], x_key: str, metric: str, palette: list[str], title: str
-) -> None:
-    for i, (name, data) in enumerate(curves.items()):
-        if not data.get(x_key):
-            continue
-        color, shown = STYLE.get(name, (palette[i % len(palette)], name))
-        steps = np.asarray(data[x_key], dtype=np.float64)
-        mean, low, high, count = curve_stats(data[metric])
-        seeds = len(data["seeds"])
-        every = count == seeds  # a point some seed did not reach (time budget) would bias the mean
-        ax.plot(steps[every], mean[every], color=color, lw=2, label=f"{shown} ({seeds} seeds)")
-        ax.fill_between(steps[every], low[every], high[every], color=color, alpha=0.15, lw=0)
-    ax.set_xlabel("agent steps")
-    ax.set_ylabel(
-        "evaluation score (mean, min–max over seeds)"
-        if metric == "returns"
-        else "per/weight_mean: mean importance weight of the batches"
-    )
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-
-
 def replot(config: PlotConfig) -> Path:
     """``plot`` command: the PNG of a sweep JSON."""
     source = Path(config.json)
@@ -322,7 +211,7 @@ def replot(config: PlotConfig) -> Path:
         results = [json.loads(p.read_text()) for p in sorted(Path(config.runs).rglob("result.json"))]
         if not results:
             raise ValueError(f"no result.json under runs={config.runs!r}")
-        source.write_text(to_json(collect(results)))
+        source.write_text(report.to_json(collect(results)))
     curves = json.loads(source.read_text())
     cli.one_of(config, "metric", ("returns", "weight_mean"))
     suffix = ".png" if config.metric == "returns" else "_weights.png"
@@ -332,19 +221,9 @@ def replot(config: PlotConfig) -> Path:
     return out
 
 
-_machine = outputs.machine_description  # the old name, for modules that import it
-
-
 def command_line(config: SweepConfig) -> str:
     """The command that reproduces the sweep: its non-default arguments."""
     return outputs.command_line("python -m recipes.dqn_sweep sweep", config, SweepConfig())
-
-
-def _fmt(values: list[float]) -> str:
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    if not finite:
-        return "–"
-    return f"{np.mean(finite):.1f} ({min(finite):.1f} to {max(finite):.1f})"
 
 
 def markdown(
@@ -355,82 +234,11 @@ def markdown(
     stem: str,
     machine: str | None = None,
 ) -> str:
-    """The sweep's record: command, machine, hyper-parameters, per-arm summary, per-run speed."""
+    """The sweep's record (:func:`recipes.dqn_sweep_report.markdown`) with its first run's settings
+    and the command that reproduces it."""
     resolved = asdict(run_config(config, arm_list(config)[0], config.seed))
-    scores = load_atari_scores().get(atari_rom(config.env)) if env_family(config.env) == "atari" else None
-    lines = [
-        f"# Double DQN replay arms on {config.env}",
-        "",
-        "Written by `python -m recipes.dqn_sweep sweep` (`recipes/atari_ddqn.py`); setup, sources of every "
-        "hyper-parameter and discussion in `docs/recipes/atari_ddqn.md`.",
-        "",
-        f"- command: `{command_line(config)}`",
-        f"- machine: {machine or outputs.machine_description()}; {config.jobs} parallel run(s), one torch "
-        "thread each, "
-        f"device `{config.device}`",
-        f"- sweep wall time: {wall:,.0f} s for {len(results)} runs",
-        f"- score: mean return of the evaluation episodes (ε = {config.eval_epsilon:g}, at most "
-        f"{resolved['eval_episodes']} episodes / {resolved['eval_steps']:,} agent steps), every "
-        f"{resolved['eval_every']:,} agent steps",
-        "",
-    ]
-    headers = [
-        "arm",
-        "seeds",
-        "steps reached",
-        "final score, mean (min to max)",
-        "best score, mean (min to max)",
-        "agent steps/s per run",
-        "wall s per run",
-        *(["best normalised score (mean)"] if scores else []),
-    ]
-    rows = []
-    for arm, data in curves.items():
-        finals = []
-        for seed_index in range(len(data["seeds"])):
-            column = [row[seed_index] for row in data["returns"] if row[seed_index] is not None]
-            finals.append(column[-1] if column else math.nan)
-        reached = f"{min(data['steps_reached']):,}–{max(data['steps_reached']):,}"
-        row = [
-            arm,
-            len(data["seeds"]),
-            reached,
-            _fmt(finals),
-            _fmt(data["best"]),
-            _fmt(data["steps_per_s"]),
-            _fmt(data["wall_s"]),
-        ]
-        if scores:
-            best = [b for b in data["best"] if math.isfinite(b)]
-            random, human = float(scores["random"]), float(scores["human"])
-            norm = float(np.mean(normalized_score(best, random, human))) if best else math.nan
-            row.append(f"{100 * norm:.0f}%")
-        rows.append(row)
-    lines.append(outputs.markdown_table(headers, rows))
-    if scores:
-        lines += [
-            "",
-            f"Paper (human starts, 200M frames, best policy): random {scores['random']:g}, human "
-            f"{scores['human']:g}, Double DQN {scores['ddqn']:g}, rank-based {scores['ddqn_rank']:g}, "
-            f"proportional {scores['ddqn_proportional']:g}.",
-        ]
-    lines += ["", "## Hyper-parameters of every run", ""]
-    skip = {"arm", "seed", "run_name", "progress", "log_dir", "resume", "alpha", "beta0", "beta_end"}
-    lines.append(
-        outputs.markdown_table(
-            ["field", "value"], [(k, f"`{v}`") for k, v in resolved.items() if k not in skip]
-        )
-    )
-    lines += [
-        "",
-        "α and β per arm: uniform α = 0, β = 0; proportional α = 0.6, β 0.4 → 1; rank α = 0.7, β 0.5 → 1; "
-        "lap p = max(|δ|, 1), α = 0.4, β = 0; laber m = 4 (uniform large batch, weights mean|δ| / |δ_i|); "
-        "unless given on the command line.",
-        "",
-        f"![{stem}]({stem}.png)",
-        "",
-    ]
-    return "\n".join(lines)
+    command = command_line(config)
+    return report.markdown(config, config.jobs, resolved, command, results, curves, wall, stem, machine)
 
 
 def write_markdown(

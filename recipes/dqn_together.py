@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm  # type: ignore[import-untyped]
+from tqdm import tqdm
 
 from recipes import cli, outputs
 from recipes.atari_ddqn import (
@@ -57,7 +57,7 @@ from recipes.atari_ddqn import (
     td_loss,
     transition_targets,
 )
-from recipes.dqn_envs import SendRecv, lives, make_env
+from recipes.dqn_envs import SendRecv, lives, make_env, reset_with_seeds
 from recipes.dqn_parts import Timer
 from recipes.dqn_stacked import StackedQNetwork
 from recipes.dqn_update import GraphedForward, HostCopy, OptimizerStep, Pending
@@ -178,7 +178,7 @@ def train_together(cfgs: list[DDQNConfig], *, progress: bool = True) -> dict[str
     schedules = [Schedules.of(c) for c in cfgs]
     rngs = [np.random.default_rng([c.seed, 1]) for c in cfgs]
     env_seeds = np.array([c.seed * 10_000 + e for c in cfgs for e in range(per_agent)])
-    obs, info = env.reset(seed=env_seeds if hasattr(env, "send") else int(env_seeds[0]))
+    obs, info = reset_with_seeds(env, env_seeds)
     stepper = SendRecv(env)
     n = agents * per_agent
     prev_done, life, returns = np.zeros(n, dtype=bool), lives(info, n), np.zeros(n)
@@ -332,7 +332,7 @@ def evaluate_together(
     )
     n = agents * per_agent
     seeds = np.array([10**6 + c.seed * 10_000 + e for c in cfgs for e in range(per_agent)])
-    obs, _ = env.reset(seed=seeds if hasattr(env, "send") else int(seeds[0]))
+    obs, _ = reset_with_seeds(env, seeds)
     rng = np.random.default_rng([cfgs[0].seed, 2])
     eps = np.repeat([c.eval_epsilon for c in cfgs], per_agent)
     running, first = np.zeros(n), np.full(n, math.nan)

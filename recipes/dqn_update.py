@@ -16,12 +16,16 @@ change the parameters and the optimiser's state; both are put back in place afte
 first replayed update starts from exactly the state the caller built.  The optimiser must be
 capturable: its step may hold no Python-side state that changes between steps (``DQNRMSprop``
 qualifies; ``torch.optim.Adam``/``RMSprop`` need ``capturable=True``).
+
+Around the step: :func:`as_batch` puts a sampled minibatch on the networks' device,
+:class:`GraphedForward` is acting's forward as a graph, and :class:`HostCopy` brings the update's
+outputs (the new priorities) back to the host without waiting for them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -29,6 +33,34 @@ LossFn = Callable[[Sequence[torch.Tensor]], tuple[torch.Tensor, ...]]
 """``f(batch) -> (loss, *outputs)``: the first tensor is minimised, the others returned as well."""
 
 _WARMUP_STEPS = 3
+
+
+class Batch(NamedTuple):
+    """One minibatch as tensors on the networks' device (``draw.weights`` as ``weights``)."""
+
+    obs: torch.Tensor
+    action: torch.Tensor
+    reward: torch.Tensor
+    discount: torch.Tensor
+    next_obs: torch.Tensor
+    weights: torch.Tensor
+
+
+def as_batch(sample: Any, weights: Any, device: torch.device) -> Batch:
+    """The replay's sample as a :class:`Batch` on ``device``: a copy from host arrays, nothing for
+    tensors already there (a replay that samples on the device)."""
+
+    def put(value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return torch.as_tensor(value, device=device, dtype=dtype)
+
+    return Batch(
+        put(sample["obs"]),
+        put(sample["action"]),
+        put(sample["reward"], torch.float32),
+        put(sample["discount"], torch.float32),
+        put(sample["next_obs"]),
+        put(weights),
+    )
 
 
 class OptimizerStep:
@@ -77,7 +109,7 @@ class OptimizerStep:
     def _eager(self, batch: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         loss, *outputs = self.loss_fn(batch)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
         self.optimizer.step()
         return (loss.detach(), *(o.detach() for o in outputs))
 
@@ -98,7 +130,7 @@ class OptimizerStep:
         self._inputs = [value.detach().clone() for value in batch]
         saved_params = [p.detach().clone() for p in self.params]
         saved_state = _optimizer_tensors(self.optimizer)
-        side = torch.cuda.Stream()
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch leaves Stream.__new__ unannotated
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(_WARMUP_STEPS):
@@ -112,7 +144,7 @@ class OptimizerStep:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             loss, *outputs = self.loss_fn(self._inputs)
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
             self.optimizer.step()
         self._outputs = (loss.detach(), *(o.detach() for o in outputs))
         self._graph = graph
@@ -164,7 +196,7 @@ class GraphedForward:
             return self.module(x)  # type: ignore[no-any-return]
         if self._graph is None:
             self._input = x.clone()
-            side = torch.cuda.Stream()
+            side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch leaves Stream.__new__ unannotated
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 for _ in range(_WARMUP_STEPS):
@@ -214,7 +246,7 @@ class HostCopy:
             pinned = torch.empty(flat.numel(), dtype=torch.float32, pin_memory=True)
             self._pinned[i] = pinned
         pinned.copy_(flat, non_blocking=True)
-        event = torch.cuda.Event()
+        event = torch.cuda.Event()  # type: ignore[no-untyped-call]  # torch leaves Event.__new__ unannotated
         event.record()
         return Pending(pinned.numpy(), event)
 
