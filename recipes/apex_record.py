@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 import ray
 import torch
-from tqdm import tqdm  # type: ignore[import-untyped]
+from tqdm import tqdm
 
 from recipes import outputs
 from recipes.apex_config import ApexConfig, command
