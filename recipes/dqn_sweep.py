@@ -262,23 +262,16 @@ EPILOG = (
 
 def main(argv: list[str] | None = None) -> Any:
     """``python -m recipes.dqn_sweep sweep|plot [options]``; ``--help`` lists the options."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0] not in COMMANDS:
-        if argv and argv[0] in ("-h", "--help"):
-            print(f"usage: python -m recipes.dqn_sweep {{sweep,plot}} [options]\n{EPILOG}")
-            raise SystemExit(0)
-        got = argv[0] if argv else "nothing"
-        print(f"error: the command should be one of {', '.join(COMMANDS)}, but got {got}", file=sys.stderr)
-        raise SystemExit(2)
-    prog = f"python -m recipes.dqn_sweep {argv[0]}"
-    if argv[0] == "sweep":
-        config = cli.parse(SweepConfig, argv[1:], prog=prog, epilog=EPILOG)
+    command, options = cli.subcommand(argv, COMMANDS, prog="python -m recipes.dqn_sweep", epilog=EPILOG)
+    prog = f"python -m recipes.dqn_sweep {command}"
+    if command == "sweep":
+        config = cli.parse(SweepConfig, options, prog=prog, epilog=EPILOG)
         with cli.reporting():
             for arm in config.arms:
                 for point in grid_points(config):
                     run_config(config, arm, config.seed, point)  # refuse a bad run before any starts
         return sweep(config)
-    return replot(cli.parse(PlotConfig, argv[1:], prog=prog, epilog=EPILOG))
+    return replot(cli.parse(PlotConfig, options, prog=prog, epilog=EPILOG))
 
 
 if __name__ == "__main__":
