@@ -35,7 +35,7 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
-from tqdm import tqdm
+from tqdm import tqdm  # type: ignore[import-untyped]
 
 from prisample.sb3 import PrioritizedDQN
 from recipes import outputs
@@ -142,6 +142,7 @@ def train_one(cfg: Config, arm: str, seed: int, bar: tqdm[Any]) -> dict[str, Any
         model, eval_env, n_eval_episodes=cfg.eval_episodes, return_episode_rewards=True
     )
     eval_env.close()
+    assert isinstance(returns, list)  # return_episode_rewards: one return per episode, not their mean
     points = np.linspace(cfg.timesteps / cfg.curve_points, cfg.timesteps, cfg.curve_points).round()
     return {
         "seed": seed,
