@@ -367,7 +367,7 @@ def run_arm(arm: str, seed: int, args: Sequence[str]) -> dict[str, Any]:
 
 def compare(config: CompareConfig) -> dict[str, Any]:
     """Run every (arm, seed) and collect the curves: ``{"dataset", "arms": {arm: {...}}, ...}``."""
-    from tqdm import tqdm  # type: ignore[import-untyped]
+    from tqdm import tqdm
 
     locate_dataset(config.root, config.dataset, download=True)  # download once, not per worker
     args = [

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm  # type: ignore[import-untyped]
+from tqdm import tqdm
 
 from prisample import CorrectedSampler, LinearSchedule, PrioritizedSampler
 from prisample.variants import hybrid_priorities, importance_ratios, rejection_priorities

@@ -35,7 +35,7 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
-from tqdm import tqdm  # type: ignore[import-untyped]
+from tqdm import tqdm
 
 from prisample.sb3 import PrioritizedDQN
 from recipes import outputs

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from tqdm import tqdm  # type: ignore[import-untyped]
+from tqdm import tqdm
 
 from prisample import LinearSchedule, PrioritizedSampler
 from recipes import outputs
