@@ -32,7 +32,7 @@ from typing import Literal
 import numba
 import numpy as np
 import numpy.typing as npt
-from tqdm import tqdm  # type: ignore[import-untyped]
+from tqdm import tqdm
 
 from prisample import PrioritizedSampler
 from recipes import cli, cliffwalk_report, outputs

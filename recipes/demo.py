@@ -14,11 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from prisample import IndexedDataset, PrioritizedSampler
+
+FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -36,25 +39,28 @@ class DemoConfig:
     seed: int = 0
 
 
-def exact_proportional(priorities: np.ndarray, alpha: float, eps: float) -> np.ndarray:
+def exact_proportional(priorities: FloatArray, alpha: float, eps: float) -> FloatArray:
     """``P(i) = (p_i + ε)^α / Σ_k (p_k + ε)^α``."""
     mass = (priorities + eps) ** alpha
-    return mass / mass.sum()
+    probabilities: FloatArray = mass / mass.sum()
+    return probabilities
 
 
-def exact_rank(priorities: np.ndarray, alpha: float) -> np.ndarray:
+def exact_rank(priorities: FloatArray, alpha: float) -> FloatArray:
     """``P(i) = rank(i)^-α / Σ_r r^-α`` with rank 1 for the largest priority."""
     ranks = np.empty(len(priorities))
     ranks[np.argsort(-priorities, kind="stable")] = np.arange(1, len(priorities) + 1)
     mass = ranks**-alpha
-    return mass / mass.sum()
+    probabilities: FloatArray = mass / mass.sum()
+    return probabilities
 
 
-def frequencies(sampler: PrioritizedSampler, draws: int, batch: int = 32) -> np.ndarray:
+def frequencies(sampler: PrioritizedSampler, draws: int, batch: int = 32) -> FloatArray:
     counts = np.zeros(sampler.capacity)
     for _ in range(draws // batch):
         np.add.at(counts, sampler.sample(batch).indices, 1)
-    return counts / counts.sum()
+    shares: FloatArray = counts / counts.sum()
+    return shares
 
 
 def show_distributions(config: DemoConfig) -> None:
@@ -115,7 +121,7 @@ def show_dataloader(config: DemoConfig) -> None:
             for indices, x, y in loader:
                 losses = nn.functional.cross_entropy(model(x), y, reduction="none")
                 optimizer.zero_grad()
-                losses.mean().backward()
+                losses.mean().backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
                 optimizer.step()
                 sampler.update_priorities(indices, losses.detach())  # the one added line
                 rare_draws += int((indices < n_rare).sum())

@@ -35,13 +35,12 @@ recipes.imbalanced_mnist prepare`` fetches the data and exits non-zero when neit
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -50,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import LightningCLI
 from torch import nn
 from torch.nn import functional
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler, TensorDataset
@@ -59,22 +58,12 @@ from prisample import IndexedDataset, PrioritizedSampler
 from prisample.distributed import DistributedPrioritizedSampler
 from prisample.lightning import PrioritizedSamplingCallback, batch_weights
 from recipes import cli, imbalanced_mnist_report, mnist_data, outputs
+from recipes.imbalanced_mnist_config import ARMS as ARMS  # importable from the recipe, as before
+from recipes.imbalanced_mnist_config import CONFIG_DIR, CompareConfig
+from recipes.lightning_cli import derived_seed, lightning_cli, unattended_trainer_args
 from recipes.mnist_data import DATASET_NAMES, Dataset, imbalanced_split, load_idx_dir, locate_dataset
 
-Arm = Literal["uniform", "informed", "prioritized"]
-ARMS: tuple[Arm, ...] = ("uniform", "informed", "prioritized")
-CONFIG_DIR = Path(__file__).parent / "configs" / "imbalanced_mnist"
-
-
 # -- data ---------------------------------------------------------------------------------------
-
-
-def run_seed(purpose: str) -> int:
-    """A seed for ``purpose`` derived from the run's seed (``--seed_everything``, which sets
-    ``torch.initial_seed()``), not drawn from torch's global generator: how far Lightning has
-    advanced that generator when ``setup`` or ``train_dataloader`` runs is its own business."""
-    words = np.frombuffer(purpose.encode().ljust(32, b" ")[:32], dtype=np.uint32).tolist()
-    return int(np.random.SeedSequence([torch.initial_seed(), *words]).generate_state(1)[0] >> 1)
 
 
 class ImbalancedMNISTDataModule(pl.LightningDataModule):
@@ -178,7 +167,7 @@ class ImbalancedMNISTDataModule(pl.LightningDataModule):
                 eps=self.eps,
                 backend=self.backend,
                 batch_size=self.batch_size,
-                seed=run_seed("prioritized sampler"),
+                seed=derived_seed("prioritized sampler"),
             )
             self.prioritized_sampler = DistributedPrioritizedSampler(base)
         print(
@@ -194,9 +183,9 @@ class ImbalancedMNISTDataModule(pl.LightningDataModule):
         if self.prioritized_sampler is not None:
             sampler = self.prioritized_sampler
         elif world > 1:
-            sampler = DistributedSampler(self.train_set, seed=run_seed("distributed sampler"))
+            sampler = DistributedSampler(self.train_set, seed=derived_seed("distributed sampler"))
         else:
-            generator = torch.Generator().manual_seed(run_seed("random sampler"))
+            generator = torch.Generator().manual_seed(derived_seed("random sampler"))
             sampler = RandomSampler(self.train_set, generator=generator)
         return DataLoader(
             IndexedDataset(self.train_set),
@@ -248,6 +237,9 @@ class ImbalancedClassifier(pl.LightningModule):
         rare_classes: the under-represented classes.
         num_classes: output classes.
     """
+
+    class_weights: torch.Tensor
+    """``c_y``: ``informed_weight`` for the rare classes, else 1 (a buffer: it moves with the model)."""
 
     def __init__(
         self,
@@ -319,7 +311,7 @@ class ImbalancedClassifier(pl.LightningModule):
             self.history.append(point)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.0)
+        return torch.optim.SGD(self.parameters(), lr=self.hparams["lr"], momentum=0.0)
 
     def configure_callbacks(self) -> list[Callback]:
         datamodule = getattr(self.trainer, "datamodule", None)
@@ -339,77 +331,16 @@ TRAINER_DEFAULTS: dict[str, Any] = {
 }
 
 
-class SaveConfigWithLogger(SaveConfigCallback):
-    """Saves the run's config beside its logs; a run without a logger writes nothing."""
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if trainer.logger is not None:
-            super().setup(trainer, pl_module, stage)
-
-
 def cli_main(args: list[str] | None = None, run: bool = True, threads: int | None = None) -> LightningCLI:
     """``python -m recipes.imbalanced_mnist fit --config …``: one run of one arm, with ``threads``
     torch threads (default ``OMP_NUM_THREADS``, else 1).  The numbers depend on the thread count:
     the order of a convolution's floating-point sums does, and lr = 0.3 amplifies the difference."""
-    torch.set_num_threads(threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
-    return LightningCLI(
-        ImbalancedClassifier,
-        ImbalancedMNISTDataModule,
-        seed_everything_default=0,
-        trainer_defaults=TRAINER_DEFAULTS,
-        save_config_callback=SaveConfigWithLogger,
-        save_config_kwargs={"overwrite": True},
-        args=args,
-        run=run,
+    return lightning_cli(
+        ImbalancedClassifier, ImbalancedMNISTDataModule, TRAINER_DEFAULTS, args, run, threads
     )
 
 
 # -- comparison (Fig. 5) ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CompareConfig:
-    """The three arms of Fig. 5, each run for several seeds through the LightningCLI configs.
-
-    The prioritized arm keeps β = 0, the paper's supervised setting: its skewed draws are what
-    rebalances the classes, and importance weights annealed to β = 1 would undo that.  Each run
-    uses one torch thread (the results depend on the thread count)."""
-
-    arms: tuple[Arm, ...] = ARMS
-    """Arms to run; each is recipes/configs/imbalanced_mnist/<arm>.yaml."""
-    seeds: int = 3
-    """Seeds per arm (the paper: 3); seed s initialises the network and the sampler."""
-    max_steps: int = 1000
-    """Updates per run (demo scale; the configs' default is 10,000)."""
-    eval_every: int = 100
-    """Updates between evaluations of the test and validation sets."""
-    lr: float | None = None
-    """Step size for every arm; None keeps each config's (chosen by the validation sweep)."""
-    root: str = "data"
-    """Where MNIST's IDX files are (or are downloaded to)."""
-    dataset: Dataset = "auto"
-    """'auto', 'mnist' or 'fashion-mnist' (see the data module)."""
-    workers: int = 2
-    """Runs in parallel (one torch thread each)."""
-    overrides: tuple[str, ...] = ()
-    """Extra LightningCLI arguments for every run, e.g. ('--data.backend', 'rank')."""
-    out_dir: str = "runs/imbalanced_mnist"
-    """Where imbalanced_mnist.{json,md} and the PNGs are written (the committed results: docs/results)."""
-    name: str = "imbalanced_mnist"
-    """Stem of the output files."""
-
-    def __post_init__(self) -> None:
-        cli.subset_of(self, "arms", ARMS)
-        cli.at_least(self, 1, "seeds", "max_steps", "eval_every", "workers")
-        cli.require(
-            self.eval_every <= self.max_steps,
-            "eval_every",
-            f"be <= max_steps={self.max_steps}",
-            self.eval_every,
-        )
-        if self.lr is not None:
-            cli.positive(self, "lr")
-        cli.one_of(self, "dataset", ("auto", "mnist", "fashion-mnist"))
 
 
 def run_arm(arm: str, seed: int, args: Sequence[str]) -> dict[str, Any]:
@@ -429,29 +360,18 @@ def run_arm(arm: str, seed: int, args: Sequence[str]) -> dict[str, Any]:
         "seed": seed,
         "history": model.history,
         "dataset": data.dataset_name,
-        "lr": float(model.hparams.lr),
+        "lr": float(model.hparams["lr"]),
         "train_counts": data.class_counts.tolist(),
     }
 
 
 def compare(config: CompareConfig) -> dict[str, Any]:
     """Run every (arm, seed) and collect the curves: ``{"dataset", "arms": {arm: {...}}, ...}``."""
-    from tqdm import tqdm  # type: ignore[import-untyped]
+    from tqdm import tqdm
 
     locate_dataset(config.root, config.dataset, download=True)  # download once, not per worker
     args = [
-        "--trainer.max_steps",
-        str(config.max_steps),
-        "--trainer.val_check_interval",
-        str(config.eval_every),
-        "--trainer.logger",
-        "false",
-        "--trainer.enable_checkpointing",
-        "false",
-        "--trainer.enable_progress_bar",
-        "false",
-        "--trainer.enable_model_summary",
-        "false",
+        *unattended_trainer_args(config.max_steps, config.eval_every),
         "--data.root",
         config.root,
         "--data.dataset",

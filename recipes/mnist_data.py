@@ -33,7 +33,7 @@ IDX_FILES = {
     "test_images": "t10k-images-idx3-ubyte",
     "test_labels": "t10k-labels-idx1-ubyte",
 }
-_IDX_DTYPES = {
+_IDX_DTYPES: dict[int, npt.DTypeLike] = {
     0x08: np.uint8,
     0x09: np.int8,
     0x0B: np.dtype(">i2"),
@@ -89,7 +89,7 @@ def download_mnist(root: str | Path, timeout: float = 20.0) -> Path | None:
     """Download MNIST with torchvision into ``root/MNIST/raw``; ``None`` when the network refuses."""
     import urllib.request
 
-    from torchvision.datasets import MNIST
+    from torchvision.datasets import MNIST  # type: ignore[import-untyped]
 
     previous = socket.getdefaulttimeout()
     socket.setdefaulttimeout(timeout)

@@ -1,9 +1,12 @@
 """The off-policy recipe's environments as tabular models (``recipes/offpolicy.py``): Gymnasium's
 ``P`` as arrays, and the exact values that the replayed TD(0) is measured against: Q* by value
-iteration, V^π of a policy by a linear solve, the state aggregation of the linear representation."""
+iteration, V^π of a policy by a linear solve, the state aggregation of the linear representation.
+:func:`env_stepper` steps the environment itself from any state, for the exploring starts that
+fill the replay memories."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -78,6 +81,21 @@ def make_env(name: str) -> Any:
     return gym.make(name, **ENV_KWARGS.get(name, {})).unwrapped
 
 
+Step = Callable[[int, int], tuple[int, float, bool]]
+
+
+def env_stepper(env: Any, seed: int) -> Step:
+    """``(s, a) -> (s', r, terminated)`` through the environment's own ``step`` from state ``s``."""
+    env.reset(seed=seed)
+
+    def step(s: int, a: int) -> tuple[int, float, bool]:
+        env.s = s  # exploring starts: put the agent where the memory needs it
+        nxt, reward, terminated, _, _ = env.step(a)
+        return int(nxt), float(reward), bool(terminated)
+
+    return step
+
+
 def model_of(env: Any) -> Model:
     grid = (env.nrow, env.ncol) if hasattr(env, "nrow") else tuple(env.shape)
     return Model.from_transitions(env.P, env.initial_state_distrib, (int(grid[0]), int(grid[1])))
@@ -87,7 +105,7 @@ def optimal_q(model: Model, gamma: float, tol: float = 1e-12) -> FloatArray:
     """Q* by value iteration, ``Q ← R + γ T max_a Q``, to a sup-norm change below ``tol``."""
     q = np.zeros((model.n_states, model.n_actions))
     while True:
-        new = model.R + gamma * model.T @ q.max(axis=1)
+        new: FloatArray = model.R + gamma * model.T @ q.max(axis=1)
         if np.abs(new - q).max() < tol:
             return new
         q = new
@@ -115,4 +133,5 @@ def aggregation(model: Model, representation: Representation, block: int) -> Int
         return np.arange(model.n_states, dtype=np.int64)
     cols = model.grid[1]
     r, c = np.divmod(np.arange(model.n_states), cols)
-    return ((r // block) * (-(-cols // block)) + c // block).astype(np.int64)
+    groups: IntArray = ((r // block) * (-(-cols // block)) + c // block).astype(np.int64)
+    return groups

@@ -142,6 +142,7 @@ def train_one(cfg: Config, arm: str, seed: int, bar: tqdm[Any]) -> dict[str, Any
         model, eval_env, n_eval_episodes=cfg.eval_episodes, return_episode_rewards=True
     )
     eval_env.close()
+    assert isinstance(returns, list)  # return_episode_rewards: one return per episode, not their mean
     points = np.linspace(cfg.timesteps / cfg.curve_points, cfg.timesteps, cfg.curve_points).round()
     return {
         "seed": seed,

@@ -102,7 +102,7 @@ def train(cfg: Config, arm: str, seed: int, data: tuple[torch.Tensor, ...]) -> i
         losses = nn.functional.cross_entropy(model(x_train[idx]), y_train[idx], reduction="none")
         weights = torch.from_numpy(draw.weights)  # PER: all 1 at β = 0 and for uniform
         optimizer.zero_grad()
-        (weights * losses).mean().backward()
+        (weights * losses).mean().backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         optimizer.step()
         sampler.update_priorities(draw.indices, losses.detach())  # PER: p_i = loss_i
     with torch.no_grad():
