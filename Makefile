@@ -27,7 +27,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check prisample tests benchmarks recipes docs/_ext conftest.py
 	$(BIN)/ruff format --check prisample tests benchmarks recipes docs/_ext conftest.py
-	$(BIN)/mypy prisample
+	$(BIN)/mypy prisample recipes benchmarks
 
 test: lint
 	$(BIN)/python -m pytest
