@@ -10,7 +10,7 @@ Paths are relative to the repository root, comma separated; ``ignore=`` lists co
 is found when a value of the JSON rounds to it at the precision shown (``4,184``, ``0.74``, ``3.9%``
 as 3.9 or 0.039, ``20k`` as 20,000; the sign is not compared: ranges are written ``4069-4608``).
 The JSON's values are its numbers, its keys and strings that are numbers, and the mean and median of
-each list of numbers (a table shows medians over seeds; ``null``, a run that did not converge,
+each list of numbers (a list of more than ``LONGEST_LIST`` numbers, a curve, by those alone) (a table shows medians over seeds; ``null``, a run that did not converge,
 counts as infinitely large in a median, as the recipes count it).  Numbers in code spans and link
 targets are not read.  The bug this guards: docs whose numbers drifted from the results they cite
 (the MNIST seeds' ranges said to overlap, CartPole and MinAtar speeds, a stale Pong table).
@@ -39,6 +39,9 @@ NUMBER = re.compile(
     r"(?P<suffix>%|k\b|M\b)?(?![\w^])"
 )
 SCALE = {"k": 1e3, "M": 1e6}
+# A longer list of plain numbers is a curve: its thousands of points would match almost any number a
+# doc shows, so only its mean and median count.
+LONGEST_LIST = 64
 
 
 @dataclass(frozen=True)
@@ -83,8 +86,9 @@ def json_values(data: Any) -> Iterator[float]:
             yield from json_values(key)
             yield from json_values(value)
     elif isinstance(data, list):
-        for item in data:
-            yield from json_values(item)
+        if len(data) <= LONGEST_LIST or not all(isinstance(v, int | float) or v is None for v in data):
+            for item in data:
+                yield from json_values(item)
         if data and all((isinstance(v, int | float) and not isinstance(v, bool)) or v is None for v in data):
             numbers = sorted(math.inf if v is None else float(v) for v in data)
             finite = [v for v in numbers if math.isfinite(v)]
@@ -225,6 +229,17 @@ def test_checker_accepts_numbers_at_the_precision_shown(tmp_path: Path) -> None:
 def test_checker_fails_when_a_number_changes(tmp_path: Path, old: str, new: str) -> None:
     found = problems(_synthetic(tmp_path, GOOD.replace(old, new)), root=tmp_path)
     assert len(found) == 1 and new.strip("| ").split()[-1] in found[0]
+
+
+def test_a_curve_counts_by_its_mean_and_median_not_by_its_points(tmp_path: Path) -> None:
+    # The stale off-policy table (hybrid_rank 2.84 after a rerun gave 2.87) passed while the
+    # checker matched any of the JSON's thousands of curve points.
+    curve = [0.2 + 0.001 * i for i in range(LONGEST_LIST + 1)]
+    (tmp_path / "r.json").write_text(json.dumps({"curve": curve, "short": curve[:LONGEST_LIST]}))
+    doc = tmp_path / "page.md"
+    doc.write_text("<!-- numbers: r.json -->\nThe curve passes 0.25 and ends at 0.264; its mean is 0.232.\n")
+    (block,) = marked_blocks(doc)
+    assert problems(block, root=tmp_path) == ["page.md:1: not in r.json: 0.264"]
 
 
 def test_checker_reports_missing_json_and_unknown_ignore_and_honours_ignore(tmp_path: Path) -> None:
