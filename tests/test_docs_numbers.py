@@ -10,8 +10,9 @@ Paths are relative to the repository root, comma separated; ``ignore=`` lists co
 is found when a value of the JSON rounds to it at the precision shown (``4,184``, ``0.74``, ``3.9%``
 as 3.9 or 0.039, ``20k`` as 20,000; the sign is not compared: ranges are written ``4069-4608``).
 The JSON's values are its numbers, its keys and strings that are numbers, and the mean and median of
-each list of numbers (a list of more than ``LONGEST_LIST`` numbers, a curve, by those alone) (a table shows medians over seeds; ``null``, a run that did not converge,
-counts as infinitely large in a median, as the recipes count it).  Numbers in code spans and link
+each list of numbers (a table shows medians over seeds; ``null``, a run that did not converge,
+counts as infinitely large in a median, as the recipes count it); a list of more than
+``LONGEST_LIST`` numbers, a curve, counts by its mean and median alone.  Numbers in code spans and link
 targets are not read.  The bug this guards: docs whose numbers drifted from the results they cite
 (the MNIST seeds' ranges said to overlap, CartPole and MinAtar speeds, a stale Pong table).
 
