@@ -22,6 +22,7 @@ numbers.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -115,7 +116,7 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
                     "lr": lr,
                     "val_errors_median": float(np.median(errors)),
                     "val_errors_final": [float(e) for e in errors],
-                    "val_loss_final": losses,
+                    "val_loss_final": [loss if math.isfinite(loss) else None for loss in losses],
                 }
             )
     return {
