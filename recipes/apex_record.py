@@ -157,7 +157,7 @@ class RunRecord:
         """Config, command, machine, rates, replay ratio, the eval curve.  Its keys ``eval_steps``,
         ``eval_scores``, ``best_score``, ``best_policy_score``, ``steps``, ``steps_per_s``,
         ``wall_s``, ``stopped`` and ``run_dir`` read as the single-process recipe's ``result.json``
-        (``recipes.dqn_sweep.collect`` takes both).  ``totals``: the actors' :meth:`finish`;
+        (``recipes.dqn_sweep_report.collect`` takes both).  ``totals``: the actors' :meth:`finish`;
         ``stats``: the memory's; ``learning``: seconds and env steps since the first update."""
         config, cfg, learner, record, best = (
             self.config,

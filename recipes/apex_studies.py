@@ -13,7 +13,7 @@ against the single-process recipe.  Run as ``python -m recipes.apex_studies scal
   (Ape-X as published: the learner takes what it can, the actors never wait), ``capped`` (at most
   the recipe's 1 / replay_period updates per env step), ``matched`` (exactly that: the actors also
   wait for the learner);
-  writes ``<out>.json`` (the curves as ``recipes.dqn_sweep.collect`` builds them, a summary per
+  writes ``<out>.json`` (the curves as ``recipes.dqn_sweep_report.collect`` builds them, a summary per
   curve, every run), ``<out>.png`` (mean evaluation score, min–max band) and ``<out>.md``::
 
       python -m recipes.apex_studies compare --env CartPole-v1 --actors 2 --total_steps 50000 \\
@@ -50,7 +50,7 @@ from recipes.apex_report import (
 )
 from recipes.atari_ddqn import train as train_single
 from recipes.dqn_config import PAPER_ARMS, DDQNConfig
-from recipes.dqn_sweep import collect, plot
+from recipes.dqn_sweep_report import collect, plot
 
 COMMANDS = ("scaling", "compare")
 EPILOG = "One run: python -m recipes.apex_dqn train."

@@ -42,9 +42,6 @@ from recipes import cli, outputs
 from recipes import dqn_sweep_report as report
 from recipes.atari_ddqn import ARMS, PAPER_ARMS, DDQNConfig, config_files, train
 
-collect, plot = report.collect, report.plot  # the sweep's curves and their plot, imported from here too
-_machine = outputs.machine_description  # the old name, for modules that import it
-
 
 @dataclass(frozen=True)
 class SweepConfig(DDQNConfig):
@@ -166,7 +163,9 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
             results[i] = outcome
             bar.set_postfix_str(f"{run.arm} s{run.seed}: {outcome['steps_per_s']:.0f} steps/s", refresh=False)
             outputs.write_json(
-                out.with_suffix(".json"), collect([r for r in results if r is not None]), compact_lists=True
+                out.with_suffix(".json"),
+                report.collect([r for r in results if r is not None]),
+                compact_lists=True,
             )
         bar.update()
 
@@ -189,13 +188,13 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
     finished = [r for r in results if r is not None]
     if not finished:
         raise RuntimeError(f"every run of the sweep failed (see above); nothing written to {out}.*")
-    curves = collect(finished)
+    curves = report.collect(finished)
 
     def figures(_: Path) -> list[Path]:
         weights = out.with_name(out.name + "_weights.png")
         return [
-            plot(curves, out.with_suffix(".png"), title=config.env),
-            plot(curves, weights, title=config.env, metric="weight_mean"),
+            report.plot(curves, out.with_suffix(".png"), title=config.env),
+            report.plot(curves, weights, title=config.env, metric="weight_mean"),
         ]
 
     table = markdown(config, finished, curves, wall, out.stem)
@@ -211,12 +210,12 @@ def replot(config: PlotConfig) -> Path:
         results = [json.loads(p.read_text()) for p in sorted(Path(config.runs).rglob("result.json"))]
         if not results:
             raise ValueError(f"no result.json under runs={config.runs!r}")
-        source.write_text(report.to_json(collect(results)))
+        source.write_text(report.to_json(report.collect(results)))
     curves = json.loads(source.read_text())
     cli.one_of(config, "metric", ("returns", "weight_mean"))
     suffix = ".png" if config.metric == "returns" else "_weights.png"
     out = Path(config.out) if config.out else source.with_name(source.stem + suffix)
-    plot(curves, out, title=config.title or source.stem, metric=config.metric)
+    report.plot(curves, out, title=config.title or source.stem, metric=config.metric)
     print(f"wrote {out}")
     return out
 
@@ -239,18 +238,6 @@ def markdown(
     resolved = asdict(run_config(config, arm_list(config)[0], config.seed))
     command = command_line(config)
     return report.markdown(config, config.jobs, resolved, command, results, curves, wall, stem, machine)
-
-
-def write_markdown(
-    config: SweepConfig,
-    results: list[dict[str, Any]],
-    curves: dict[str, Any],
-    wall: float,
-    path: Path,
-    machine: str | None = None,
-) -> None:
-    """:func:`markdown` written to ``path`` (the old name, for modules that import it)."""
-    path.write_text(markdown(config, results, curves, wall, path.stem, machine))
 
 
 COMMANDS = ("sweep", "plot")
