@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from recipes import cli
 from recipes.mnist_data import Dataset
 
 Arm = Literal["uniform", "informed", "prioritized"]
-ARMS: tuple[Arm, ...] = ("uniform", "informed", "prioritized")
+ARMS: tuple[Arm, ...] = get_args(Arm)
 CONFIG_DIR = Path(__file__).parent / "configs" / "imbalanced_mnist"
 
 

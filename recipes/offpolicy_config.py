@@ -5,7 +5,7 @@ with one line naming the option (``recipes/cli.py``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from recipes import cli
 from recipes.offpolicy_model import Representation
@@ -19,16 +19,8 @@ Arm = Literal[
     "hybrid_proportional",
     "hybrid_rank",
 ]
-REPRESENTATIONS: tuple[Representation, ...] = ("tabular", "linear")
-ARMS: tuple[Arm, ...] = (
-    "on_policy",
-    "uncorrected",
-    "ordinary_is",
-    "weighted_is",
-    "rejection",
-    "hybrid_proportional",
-    "hybrid_rank",
-)
+REPRESENTATIONS: tuple[Representation, ...] = get_args(Representation)
+ARMS: tuple[Arm, ...] = get_args(Arm)
 
 
 @dataclass(frozen=True)
