@@ -27,29 +27,12 @@ from recipes.atari_ddqn import (
     train,
     weighted_td_loss,
 )
-from tests.test_atari_ddqn import Table  # Q(s, ·) read from a table
+from tests.test_atari_ddqn import (
+    Table,  # Q(s, ·) read from a table
+    _cartpole,  # the tiny CartPole run of the recipe's tests
+)
 
 torch.set_num_threads(1)
-
-
-def _cartpole(tmp_path: Path, arm: str, **overrides: Any) -> Any:
-    settings: dict[str, Any] = dict(
-        total_steps=600,
-        learning_starts=100,
-        eps_decay_steps=300,
-        target_update_period=100,
-        eval_every=300,
-        eval_steps=300,
-        eval_episodes=2,
-        eval_envs=2,
-        log_every=100,
-        log_dir=str(tmp_path),
-        progress=False,
-        tensorboard=False,
-        checkpoint_memory=True,
-    )
-    settings.update(overrides)
-    return load_config("CartPole-v1", arm, **settings)
 
 
 def test_arms_follow_their_papers() -> None:
@@ -189,7 +172,7 @@ def test_laber_loop_passes_laber_weights_to_the_loss(tmp_path: Path, monkeypatch
     monkeypatch.setattr(
         PrioritizedReplay, "update_priorities", lambda *a, **k: pytest.fail("priority written")
     )
-    result = train(_cartpole(tmp_path, "laber", total_steps=300, run_name="laber"))
+    result = train(_cartpole(tmp_path, arm="laber", total_steps=300, run_name="laber"))
     assert result.updates == len(made) == len(learned) == len(drawn) > 0
     assert set(drawn) == {4 * 32}
     for (batch, _), seen in zip(made, learned, strict=True):
@@ -202,10 +185,10 @@ def test_laber_loop_passes_laber_weights_to_the_loss(tmp_path: Path, monkeypatch
 def test_new_arms_train_on_cartpole_and_resume(tmp_path: Path, arm: str) -> None:
     """A tiny CartPole run of each new arm completes; stopping and resuming gives the same run
     (LaBER's generator is checkpointed); LAP's stored priorities are all >= κ = 1."""
-    straight = train(_cartpole(tmp_path, arm, run_name="straight"))
+    straight = train(_cartpole(tmp_path, arm=arm, run_name="straight"))
     assert straight.steps == 600 and straight.updates > 0 and straight.stopped == "done"
-    train(_cartpole(tmp_path, arm, run_name="split", stop_after=300))
-    resumed = train(_cartpole(tmp_path, arm, run_name="split", resume=True))
+    train(_cartpole(tmp_path, arm=arm, run_name="split", stop_after=300))
+    resumed = train(_cartpole(tmp_path, arm=arm, run_name="split", resume=True))
     assert resumed.eval_scores == straight.eval_scores and resumed.updates == straight.updates
     a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=False)
     b = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=False)
