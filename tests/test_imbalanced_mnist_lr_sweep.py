@@ -16,6 +16,8 @@ pytest.importorskip("jsonargparse")
 from recipes import imbalanced_mnist_lr_sweep as sweep
 from tests.test_imbalanced_mnist import make_idx_dir
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def run(arm: str, lr: float, errors: float, spread: float = 0.0) -> dict[str, object]:
     per_seed = [errors - spread, errors, errors + spread]
@@ -48,10 +50,12 @@ def test_the_table_bolds_the_best_and_shows_the_configured_step_size() -> None:
     assert sweep.table(results, (0.3, 0.1)).splitlines()[2] == row
 
 
-def test_the_configured_step_sizes_are_read_from_the_arm_configs() -> None:
-    configured = {arm: sweep.configured_step_size(arm) for arm in sweep.ARMS}
-    assert set(configured) == {"uniform", "informed", "prioritized"}
-    assert all(0 < lr <= 1 for lr in configured.values())
+def test_the_arm_configs_use_the_step_sizes_the_committed_sweep_chose() -> None:
+    # A config changed without rerunning the sweep (or a sweep committed without the config) fails here.
+    committed = json.loads((ROOT / "docs" / "results" / "imbalanced_mnist_lr_sweep.json").read_text())
+    assert set(committed["best"]) == set(sweep.ARMS)
+    assert {arm: sweep.configured_step_size(arm) for arm in sweep.ARMS} == committed["best"]
+    assert committed["best"] == sweep.best_step_sizes(committed["runs"], (0.3, 0.1, 0.03, 0.01, 0.003))
 
 
 @pytest.mark.parametrize(
