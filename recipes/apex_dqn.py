@@ -111,12 +111,14 @@ def actor_epsilon(i: int, n: int, epsilon: float = 0.4, exponent: float = 7.0) -
 
 
 @torch.no_grad()
-def initial_priorities(q: torch.nn.Module, transitions: dict[str, np.ndarray], clip_td: bool) -> np.ndarray:
+def initial_priorities(
+    q: torch.nn.Module, transitions: dict[str, np.ndarray], clip_priority: bool
+) -> np.ndarray:
     """``|δ|`` of an actor's outgoing transitions with its copy θ_i in both roles of the Double DQN
     target: ``δ = G + Γ Q(s', argmax_a Q(s', a; θ_i); θ_i) − Q(s, a; θ_i)`` (Horgan et al. 2018,
-    Algorithm 1, line 10), clipped to [−1, 1] as the learner's priorities are when ``clip_td``."""
+    Algorithm 1, line 10), clipped to [−1, 1] as the learner's priorities are when ``clip_priority``."""
     delta = double_dqn_td_error(q, q, *(torch.as_tensor(transitions[key]) for key in FIELDS))
-    return (delta.clamp(-1.0, 1.0) if clip_td else delta).abs().numpy()
+    return (delta.clamp(-1.0, 1.0) if clip_priority else delta).abs().numpy()
 
 
 class ApexActor:
@@ -204,7 +206,7 @@ class ApexActor:
     def _send(self) -> None:
         transitions = self.builder.take()
         with self.timer("priorities"):
-            priorities = initial_priorities(self.q, transitions, self.learner.clip_td)
+            priorities = initial_priorities(self.q, transitions, self.learner.clip_priority)
         with self.timer("send"):  # waits while max_pending earlier sends are unanswered
             self.writer.add(transitions, priorities)
         self.counts["transitions"] += len(priorities)

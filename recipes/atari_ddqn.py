@@ -113,6 +113,7 @@ __all__ = [  # the recipe's names, those defined in its parts included (other mo
     "protocols",
     "resolve_device",
     "run_dir",
+    "td_item_loss",
     "td_loss",
     "train",
     "transition_targets",
@@ -165,6 +166,8 @@ def dqn_td_error(
 
 
 TD_ERRORS = {"double_dqn": double_dqn_td_error, "dqn": dqn_td_error}
+SQRT_LOSS_FLOOR = 1e-10
+"""Added to the loss under the root of Dopamine's priorities: no transition gets priority 0."""
 LABER_EPS = 1e-6
 """Added to LaBER's scores |δ| so that a large batch of zero errors still keeps k (then uniformly)."""
 
@@ -172,20 +175,25 @@ LABER_EPS = 1e-6
 def td_loss(q: nn.Module, q_target: nn.Module, cfg: DDQNConfig) -> LossFn:
     """``batch -> (loss, |δ|)`` for :class:`~recipes.dqn_update.OptimizerStep`: the loss whose
     gradient step is ``θ ← θ + η Σ_j w_j δ_j ∇θ Q(S_{j−1}, A_{j−1})`` (Algorithm 1, lines 11-15),
-    and the new priorities: ``|δ_j|`` (clipped as the update clips them), or LAP's
-    ``max(|δ_j|, κ)`` of the unclipped δ with the Huber loss at κ (``priority_rule='lap'``)."""
+    and the new priorities: ``|δ_j|`` (the authors' release; ``|clip(δ_j)|`` with clip_priority),
+    LAP's ``max(|δ_j|, κ)`` of the unclipped δ with the Huber loss at κ (``priority_rule='lap'``),
+    or Dopamine's ``sqrt(ℓ(δ_j) + 1e-10)`` of the per-item loss (``priority_rule='sqrt_loss'``)."""
     td_error = TD_ERRORS[cfg.algorithm]
     lap = cfg.priority_rule == "lap"
     kappa = cfg.lap_kappa if lap else 1.0  # LAP: Huber at κ; κ = 1 is clip_td's Huber, the same loss
+    clip = cfg.clip_td or lap
 
     def loss_and_priorities(batch: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         obs, action, reward, discount, next_obs, weights = batch
         delta = td_error(q, q_target, obs, action, reward, discount, next_obs)
-        loss = weighted_td_loss(delta, weights, cfg.clip_td or lap, cfg.loss_reduction, kappa=kappa)
+        loss = weighted_td_loss(delta, weights, clip, cfg.loss_reduction, kappa=kappa)
         if lap:  # PER: LAP's p = max(|δ|, κ) of the unclipped δ (clipped, every |δ| >= 1 would tie at κ)
             return loss, lap_priorities(delta, kappa)
         delta = delta.detach()
-        return loss, (delta.clamp(-1.0, 1.0) if cfg.clip_td else delta).abs()
+        if cfg.priority_rule == "sqrt_loss":  # PER: Dopamine's p = sqrt(ℓ + 1e-10), "a squared loss"
+            return loss, torch.sqrt(td_item_loss(delta, clip, kappa) + SQRT_LOSS_FLOOR)
+        # PER: p = |δ| (DQN Zoo clips only the gradient); clipped, every |δ| >= 1 would tie at 1
+        return loss, (delta.clamp(-1.0, 1.0) if cfg.clip_priority else delta).abs()
 
     return loss_and_priorities
 
@@ -239,13 +247,17 @@ def weighted_td_loss(
     ``delta`` is ``(k,)``, or ``(agents, k)`` for stacked agents: the sum of their losses, each of
     which reaches only its own agent's parameters.
     """
-    magnitude = delta.abs()
-    if clip_td:
-        per_item = torch.where(magnitude <= kappa, 0.5 * delta**2, kappa * (magnitude - 0.5 * kappa))
-    else:
-        per_item = 0.5 * delta**2
-    total = (weights * per_item).sum()
+    total = (weights * td_item_loss(delta, clip_td, kappa)).sum()
     return total / delta.shape[-1] if reduction == "mean" else total
+
+
+def td_item_loss(delta: torch.Tensor, clip_td: bool, kappa: float = 1.0) -> torch.Tensor:
+    """Per-item loss ``ℓ(δ)``: the Huber loss at ``κ`` with ``clip_td`` (``δ²/2`` for |δ| ≤ κ,
+    ``κ(|δ| − κ/2)`` beyond), else the square loss ``δ²/2``."""
+    if not clip_td:
+        return 0.5 * delta**2
+    magnitude = delta.abs()
+    return torch.where(magnitude <= kappa, 0.5 * delta**2, kappa * (magnitude - 0.5 * kappa))
 
 
 # -- acting and storing (Algorithm 1, lines 4-6) -----------------------------------------------------
@@ -308,7 +320,8 @@ def train(cfg: DDQNConfig) -> RunResult:
         weight_norm=cfg.weight_norm,
         backend=cfg.replay,
         seed=cfg.seed,
-        eps=0.0 if cfg.priority_rule == "lap" else cfg.priority_eps,  # PER: LAP's p = max(|δ|, κ) > 0
+        # PER: LAP's p = max(|δ|, κ) and Dopamine's sqrt(ℓ + 1e-10) are positive without ε
+        eps=0.0 if cfg.priority_rule != "abs_td" else cfg.priority_eps,
         device=device if cfg.replay_on_device and device.type == "cuda" else None,
     )
     diagnostics = Diagnostics(cfg.memory_size) if cfg.diagnostics else None  # PER: M_i, Figs. 10-11

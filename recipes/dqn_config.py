@@ -19,17 +19,28 @@ from recipes import cli
 from recipes.dqn_envs import EnvBackend, check_env, env_family
 
 CONFIG_DIR = Path(__file__).parent / "configs" / "atari_ddqn"
-ARMS: tuple[str, ...] = ("uniform", "proportional", "rank", "dqn_uniform", "dqn_rank", "lap", "laber")
-"""Arm config files (``CONFIG_DIR/arms/<arm>.yaml``): Table 3 of the paper, then LAP and LaBER."""
+ARMS: tuple[str, ...] = (
+    "uniform",
+    "proportional",
+    "rank",
+    "dqn_uniform",
+    "dqn_rank",
+    "lap",
+    "laber",
+    "proportional_dopamine",
+)
+"""Arm config files (``CONFIG_DIR/arms/<arm>.yaml``): Table 3 of the paper as the authors' release
+runs it (the "paper" profile), then LAP, LaBER and Dopamine's prioritized replay (the "dopamine"
+profile)."""
 ABLATION_ARMS: tuple[str, ...] = ("uniform", "proportional", "rank", "lap", "laber")
 """The Double DQN arms of the replay ablation (``recipes/replay_ablation.py``)."""
 PAPER_ARMS: tuple[str, ...] = ("uniform", "proportional", "rank")
 """The Double DQN arms of the paper's headline (Figs. 9-10): a sweep's default."""
 Replay = Literal["uniform", "proportional", "rank"]
 Algorithm = Literal["double_dqn", "dqn"]
-PriorityRule = Literal["abs_td", "lap"]
+PriorityRule = Literal["abs_td", "lap", "sqrt_loss"]
 Sampling = Literal["replay", "laber"]
-Network = Literal["nature_cnn", "minatar_cnn", "mlp"]
+Network = Literal["nature_cnn", "minatar_cnn", "dopamine_minatar", "mlp"]
 Optimizer = Literal["dqn_rmsprop", "rmsprop", "adam"]
 
 
@@ -52,7 +63,12 @@ class DDQNConfig:
     replay: Replay = "proportional"
     """Replay distribution: 'uniform', 'proportional' (p = |δ| + ε) or 'rank' (p = 1/rank)."""
     total_steps: int = 50_000_000
-    """Agent steps of training T; α and β reach their end values here (Atari: 50M = 200M frames)."""
+    """Agent steps of training T (Atari: 50M = 200M frames)."""
+    schedule_horizon: int | None = None
+    """Agent steps at which α and β reach their end values: the reference's whole training budget
+    (Table 3: "the limiting value is reached at the end of training"; DQN Zoo anneals β over all its
+    iterations), so that a run cut short stops where the reference's schedule stands at that step
+    instead of at β = 1.  The family's file names its budget; None: ``total_steps``."""
     seed: int = 0
     """Seeds the network, the environments, exploration and the sampler."""
     device: str = "cpu"
@@ -80,9 +96,16 @@ class DDQNConfig:
     beta_end: float = 1.0
     """β at the end of training (prioritized Double DQN arms 1, Table 3)."""
     priority_rule: PriorityRule = "abs_td"
-    """The priority written for a replayed transition: 'abs_td' ``p = |δ|`` (clipped with clip_td;
-    the sampler adds ε), or 'lap' ``p = max(|δ|, κ)`` with the unclipped δ, no ε, and the loss a
-    Huber loss at κ (Fujimoto, Meger & Precup 2020, LAP; needs replay 'proportional')."""
+    """The priority written for a replayed transition: 'abs_td' ``p = |δ|`` (Algorithm 1, line 12;
+    ``|clip(δ)|`` with clip_priority; the sampler adds ε), 'lap' ``p = max(|δ|, κ)`` with the
+    unclipped δ, no ε, and the loss a Huber loss at κ (Fujimoto, Meger & Precup 2020, LAP; needs
+    replay 'proportional'), or 'sqrt_loss' ``p = sqrt(ℓ(δ) + 1e-10)`` of the per-item loss ℓ, no ε
+    (Dopamine's prioritized agents, ``rainbow_agent.py``: "sqrt(loss + 1e-10)"; needs replay
+    'proportional')."""
+    clip_priority: bool = False
+    """Write ``|clip(δ)|`` (δ clipped to [−1, 1]) instead of ``|δ|`` as the priority.  False follows
+    the authors' release (DQN Zoo's prioritized agent writes ``|δ|`` and clips only the gradient);
+    clipped, every |δ| ≥ 1 ties at 1, which flattens the prioritization where errors are large."""
     lap_kappa: float = 1.0
     """κ of LAP: the priority floor and the Huber threshold (their paper and non-Atari code: 1)."""
     sampling: Sampling = "replay"
@@ -99,7 +122,8 @@ class DDQNConfig:
     """Importance weights divided by their maximum over the memory (the paper, App. B.2.1) or
     over the minibatch."""
     network: Network = "nature_cnn"
-    """'nature_cnn' (Mnih et al. 2015), 'minatar_cnn' (Young & Tian 2019) or 'mlp'."""
+    """'nature_cnn' (Mnih et al. 2015), 'minatar_cnn' (Young & Tian 2019), 'dopamine_minatar'
+    (Dopamine's ``MinatarDQNNetwork``: one 'same' conv layer, no hidden layer) or 'mlp'."""
     hidden: tuple[int, ...] = (512,)
     """Hidden widths after the convolutions ('mlp': of the whole network)."""
     shared_bias: bool = True
@@ -110,10 +134,20 @@ class DDQNConfig:
     """η of the baseline (Atari: 0.00025, Table 3)."""
     lr_divisor: float = 4.0
     """The optimiser steps η / lr_divisor (Table 3: 4 for the prioritized arms, 1 for the baselines)."""
+    eps_follows_lr: bool = True
+    """Divide the optimiser's ε with η as the authors' release does, so that where ε dominates the
+    denominator the step is unchanged and only a gradient-dominated step shrinks (the paper's reason
+    for η/4: larger prioritized gradients): by lr_divisor² where ε is inside the root
+    (dqn_rmsprop; DQN Zoo prioritized ``run_atari.py``: learning_rate 0.00025/4 with
+    optimizer_epsilon × (1/4)²), by lr_divisor where ε is added to the root (rmsprop, adam).
+    False: only η is divided (:func:`recipes.dqn_model.optimizer_settings`)."""
     rmsprop_decay: float = 0.95
     """RMSProp gradient and squared-gradient momentum (Mnih et al. 2015: 0.95)."""
     rmsprop_eps: float = 0.01
     """RMSProp min squared gradient (Mnih et al. 2015: 0.01)."""
+    adam_eps: float = 1e-8
+    """Adam's ε, added to the root (torch's and Stable-Baselines3's default 1e-8; Dopamine's
+    MinAtar DQN 3.125e-4)."""
     loss_reduction: Literal["sum", "mean"] = "sum"
     """'sum': Δ = Σ_j w_j δ_j ∇Q as in Algorithm 1; 'mean': divided by k."""
     gamma: float = 0.99
@@ -126,7 +160,7 @@ class DDQNConfig:
     clip_reward: bool = True
     """Clip rewards to [−1, 1] for learning (Atari, Sec. 4); scores stay unclipped."""
     clip_td: bool = True
-    """Clip δ to [−1, 1] (Sec. 4): Huber loss, and priorities |clip(δ)|."""
+    """Clip δ's gradient to [−1, 1] (Sec. 4): the Huber loss (priorities: clip_priority)."""
     eps_start: float = 1.0
     """Initial exploration ε."""
     eps_end: float = 0.01
@@ -193,11 +227,14 @@ class DDQNConfig:
         cli.one_of(self, "algorithm", ("double_dqn", "dqn"))
         cli.one_of(self, "replay", ("uniform", "proportional", "rank"))
         cli.one_of(self, "weight_norm", ("memory", "batch"))
-        cli.one_of(self, "priority_rule", ("abs_td", "lap"))
+        cli.one_of(self, "priority_rule", ("abs_td", "lap", "sqrt_loss"))
         cli.one_of(self, "sampling", ("replay", "laber"))
-        if self.priority_rule == "lap":  # p = max(|δ|, κ) only means LAP under P(i) ∝ p_i^α
+        if self.priority_rule != "abs_td":  # p = max(|δ|, κ) or sqrt(ℓ) mean something under P(i) ∝ p_i^α
             cli.require(
-                self.replay == "proportional", "replay", "be proportional with priority_rule=lap", self.replay
+                self.replay == "proportional",
+                "replay",
+                f"be proportional with priority_rule={self.priority_rule}",
+                self.replay,
             )
         if self.sampling == "laber":  # LaBER's large batch is uniform; it stores no priorities
             cli.require(self.replay == "uniform", "replay", "be uniform with sampling=laber", self.replay)
@@ -228,17 +265,18 @@ class DDQNConfig:
             "checkpoint_every",
             "eps_decay_steps",
             "laber_m",
+            "schedule_horizon",
         )
         cli.at_least(self, 0, "learning_starts", "noop_max", "alpha", "alpha_end", "seed")
-        cli.positive(self, "lr", "lr_divisor", "priority_eps", "rmsprop_eps", "lap_kappa")
+        cli.positive(self, "lr", "lr_divisor", "priority_eps", "rmsprop_eps", "adam_eps", "lap_kappa")
         for name in ("gamma", "beta0", "beta_end", "eps_start", "eps_end", "eval_epsilon", "rmsprop_decay"):
             cli.in_range(self, name, 0.0, 1.0)
         if self.time_budget_s is not None:
             cli.at_least(self, 0.0, "time_budget_s")
-        cli.require(
-            bool(self.hidden) and min(self.hidden) >= 1,
+        cli.require(  # Dopamine's MinAtar network has no hidden layer; every other network has one
+            (bool(self.hidden) or self.network == "dopamine_minatar") and min(self.hidden, default=1) >= 1,
             "hidden",
-            "be a comma list of widths >= 1",
+            "be a comma list of widths >= 1 (empty only with network dopamine_minatar)",
             self.hidden,
         )
         cli.require(

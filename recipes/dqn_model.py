@@ -33,6 +33,8 @@ class QNetwork(nn.Module):
     * ``nature_cnn``: 4×84×84 frames / 255 → conv 32×8×8 s4 → conv 64×4×4 s2 → conv 64×3×3 s1 →
       512 → actions, ReLU between (Mnih et al. 2015);
     * ``minatar_cnn``: 10×10×C grid → conv 16×3×3 s1 → 128 → actions (Young & Tian 2019);
+    * ``dopamine_minatar``: 10×10×C grid → conv 16×3×3 s1 'same' → actions, Xavier-uniform weights
+      and zero biases (Dopamine's ``MinatarDQNNetwork``, ``labs/environments/minatar``);
     * ``mlp``: observation → hidden widths → actions.
     """
 
@@ -55,22 +57,37 @@ class QNetwork(nn.Module):
             height, breadth, channels = spec.obs_shape
             self.body = nn.Sequential(nn.Conv2d(channels, 16, 3, stride=1), nn.ReLU(), nn.Flatten())
             width = 16 * (height - 2) * (breadth - 2)
+        elif network == "dopamine_minatar":
+            height, breadth, channels = spec.obs_shape
+            self.body = nn.Sequential(
+                nn.Conv2d(channels, 16, 3, stride=1, padding=1), nn.ReLU(), nn.Flatten()
+            )
+            width = 16 * height * breadth
         elif network == "mlp":
             self.body = nn.Flatten()
             width = int(np.prod(spec.obs_shape))
         else:
-            raise ValueError(f"network should be one of nature_cnn, minatar_cnn, mlp, but got {network!r}")
+            raise ValueError(
+                "network should be one of nature_cnn, minatar_cnn, dopamine_minatar, mlp, "
+                f"but got {network!r}"
+            )
         layers: list[nn.Module] = []
         for h in hidden:
             layers += [nn.Linear(width, h), nn.ReLU()]
             width = h
         self.head = nn.Sequential(*layers)
         self.out = SharedBias(width, spec.num_actions) if shared_bias else nn.Linear(width, spec.num_actions)
+        if network == "dopamine_minatar":  # flax's Conv/Dense with kernel_init=xavier_uniform, zero bias
+            for module in self.modules():
+                if isinstance(module, (nn.Conv2d, nn.Linear)):
+                    nn.init.xavier_uniform_(module.weight)
+                    if module.bias is not None:
+                        nn.init.zeros_(module.bias)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.network == "nature_cnn":
             x = obs.float() / 255.0
-        elif self.network == "minatar_cnn":
+        elif self.network in ("minatar_cnn", "dopamine_minatar"):
             x = obs.permute(0, 3, 1, 2).float()
         else:
             x = obs.float()
@@ -83,11 +100,13 @@ class DQNRMSprop(torch.optim.Optimizer):
     ``g ← ρ g + (1−ρ) ∇``, ``n ← ρ n + (1−ρ) ∇²``, ``θ ← θ − η ∇ / sqrt(n − g² + ε)``: centred,
     with ``ε`` (the "min squared gradient", 0.01) inside the root, unlike ``torch.optim.RMSprop``.
     A step is a fixed sequence of tensor operations, so it can be captured in a CUDA graph.
-    ``lr`` may be a tensor of one step size per agent for parameters stacked along their first
-    dimension (:class:`recipes.dqn_stacked.StackedQNetwork`).
+    ``lr`` and ``eps`` may be tensors of one value per agent for parameters stacked along their
+    first dimension (:class:`recipes.dqn_stacked.StackedQNetwork`).
     """
 
-    def __init__(self, params: Any, lr: float | torch.Tensor, decay: float = 0.95, eps: float = 0.01) -> None:
+    def __init__(
+        self, params: Any, lr: float | torch.Tensor, decay: float = 0.95, eps: float | torch.Tensor = 0.01
+    ) -> None:
         super().__init__(params, dict(lr=lr, decay=decay, eps=eps))
 
     @torch.no_grad()
@@ -103,26 +122,42 @@ class DQNRMSprop(torch.optim.Optimizer):
                 g, n, rho, lr = state["g"], state["n"], group["decay"], group["lr"]
                 g.mul_(rho).add_(p.grad, alpha=1 - rho)
                 n.mul_(rho).addcmul_(p.grad, p.grad, value=1 - rho)
-                denominator = (n - g * g + group["eps"]).sqrt_()
+                eps = group["eps"]
+                if isinstance(eps, torch.Tensor):  # one ε per agent, paired with its η
+                    eps = eps.view(-1, *[1] * (p.dim() - 1))
+                denominator = (n - g * g + eps).sqrt_()
                 if isinstance(lr, torch.Tensor):  # one η per agent along the first dimension
                     p.sub_(lr.view(-1, *[1] * (p.dim() - 1)) * p.grad / denominator)
                 else:
                     p.addcdiv_(p.grad, denominator, value=-lr)
 
 
+def optimizer_settings(config: DDQNConfig) -> tuple[float, float]:
+    """``(step size, ε)`` of the optimiser: ``η / d`` and ε paired with it (``d = lr_divisor``).
+
+    The paper steps the prioritized arms at η/4 because their gradients are larger (Sec. 4,
+    Table 3).  Its authors' release pairs ``η/4`` with ``ε·(1/4)²`` for an RMSProp whose ε is inside
+    the root (DQN Zoo prioritized ``run_atari.py``), so that ``η/d · g/sqrt(v + ε/d²)`` is the
+    baseline's step where ε dominates and ``1/d`` of it where the gradient does.  The same meaning
+    for an optimiser that adds ε to the root (torch's RMSprop, Adam) is ``ε/d``.  With
+    ``eps_follows_lr`` false only η is divided.
+    """
+    divisor = config.lr_divisor
+    eps = config.adam_eps if config.optimizer == "adam" else config.rmsprop_eps
+    if config.eps_follows_lr:
+        eps /= divisor**2 if config.optimizer == "dqn_rmsprop" else divisor
+    return config.lr / divisor, eps
+
+
 def make_optimizer(config: DDQNConfig, params: Any, capturable: bool = False) -> torch.optim.Optimizer:
-    """The optimiser with step size η / lr_divisor (``capturable``: one a CUDA graph can replay)."""
+    """The optimiser with step size η / lr_divisor and its ε (:func:`optimizer_settings`;
+    ``capturable``: one a CUDA graph can replay)."""
     # PER: the prioritized arms step η / 4: they replay high-error transitions more often (Sec. 4).
-    lr = config.lr / config.lr_divisor
+    lr, eps = optimizer_settings(config)
     if config.optimizer == "dqn_rmsprop":
-        return DQNRMSprop(params, lr, config.rmsprop_decay, config.rmsprop_eps)
+        return DQNRMSprop(params, lr, config.rmsprop_decay, eps)
     if config.optimizer == "rmsprop":
         return torch.optim.RMSprop(
-            params,
-            lr=lr,
-            alpha=config.rmsprop_decay,
-            eps=config.rmsprop_eps,
-            centered=True,
-            capturable=capturable,
+            params, lr=lr, alpha=config.rmsprop_decay, eps=eps, centered=True, capturable=capturable
         )
-    return torch.optim.Adam(params, lr=lr, capturable=capturable)
+    return torch.optim.Adam(params, lr=lr, eps=eps, capturable=capturable)

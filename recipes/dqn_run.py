@@ -81,8 +81,9 @@ class Schedules:
 
     ε: ``eps_start`` until ``learning_starts``, then linear to ``eps_end`` over ``eps_decay_steps``
     (DQN release).  α and β: linear from their start values at the first update
-    (``learning_starts``) to their end values at ``total_steps`` (Sec. 3.4, Table 3: "the limiting
-    value is reached at the end of training").  α changes in steps of 0.01: a new α rebuilds the
+    (``learning_starts``) to their end values at ``schedule_horizon``, the reference's whole
+    budget, or ``total_steps`` without one (Sec. 3.4, Table 3: "the limiting value is reached at
+    the end of training").  α changes in steps of 0.01: a new α rebuilds the
     sampler's distribution, which the paper also updated "infrequently" (App. B.2.1).
     """
 
@@ -93,7 +94,8 @@ class Schedules:
 
     @classmethod
     def of(cls, cfg: DDQNConfig) -> Schedules:
-        annealing = max(1, cfg.total_steps - cfg.learning_starts)
+        horizon = cfg.total_steps if cfg.schedule_horizon is None else cfg.schedule_horizon
+        annealing = max(1, horizon - cfg.learning_starts)
         alpha_end = cfg.alpha if cfg.alpha_end is None else cfg.alpha_end
         return cls(
             cfg.learning_starts,

@@ -142,7 +142,6 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
     ``<out>.json`` is rewritten after every finished run, and a run that fails is reported and
     left out, so a sweep cut short still leaves the curves of the runs that finished.
     """
-    os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the workers before torch starts there
     runs, names = [], []
     for arm in arm_list(config):
         for point in grid_points(config):
@@ -150,44 +149,9 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
                 runs.append(run_config(config, arm, config.seed + k, point))
                 names.append(label(arm, point))
     out = Path(config.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    results: list[dict[str, Any] | None] = [None] * len(runs)
-    bar = tqdm(total=len(runs), desc=f"sweep {config.env}", unit="run")
-
-    def finish(i: int, outcome: dict[str, Any] | BaseException) -> None:
-        run = runs[i]
-        if isinstance(outcome, BaseException):
-            print(f"run {run.arm} seed {run.seed} failed: {outcome!r}", file=sys.stderr)
-        else:
-            results[i] = outcome
-            bar.set_postfix_str(f"{run.arm} s{run.seed}: {outcome['steps_per_s']:.0f} steps/s", refresh=False)
-            outputs.write_json(
-                out.with_suffix(".json"),
-                report.collect([r for r in results if r is not None]),
-                compact_lists=True,
-            )
-        bar.update()
-
-    if config.jobs == 1:
-        for i, run in enumerate(runs):
-            try:
-                outcome: dict[str, Any] | BaseException = _run(run, names[i])
-            except Exception as failure:
-                outcome = failure
-            finish(i, outcome)
-    else:
-        context = multiprocessing.get_context("spawn")  # CUDA and torch threads need fresh processes
-        with ProcessPoolExecutor(min(config.jobs, len(runs)), mp_context=context) as pool:
-            futures = {pool.submit(_run, run, names[i]): i for i, run in enumerate(runs)}
-            for future in as_completed(futures):
-                error = future.exception()
-                finish(futures[future], error if error is not None else future.result())
-    bar.close()
+    finished = run_all(runs, names, config.jobs, out.with_suffix(".json"), desc=f"sweep {config.env}")
     wall = time.perf_counter() - started
-    finished = [r for r in results if r is not None]
-    if not finished:
-        raise RuntimeError(f"every run of the sweep failed (see above); nothing written to {out}.*")
     curves = report.collect(finished)
 
     def figures(_: Path) -> list[Path]:
@@ -201,6 +165,53 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
     outputs.write_results(out.parent, out.stem, curves, table, figures, compact_lists=True)
     print(f"wrote {out}.json, {out}.png and {out}.md ({len(finished)} of {len(runs)} runs, {wall:.0f} s)")
     return curves
+
+
+def run_all(
+    runs: list[DDQNConfig], names: list[str], jobs: int, out_json: Path, desc: str
+) -> list[dict[str, Any]]:
+    """Train every run (``jobs`` at a time, one process and one torch thread each) and return the
+    ``result.json`` records of those that finished, each with its curve's name as ``label``.
+
+    ``out_json`` is rewritten with the curves (:func:`recipes.dqn_sweep_report.collect`) after every
+    finished run, and a run that fails is reported and left out, so a sweep cut short still leaves
+    the curves of the runs that finished."""
+    os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the workers before torch starts there
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    results: list[dict[str, Any] | None] = [None] * len(runs)
+    bar = tqdm(total=len(runs), desc=desc, unit="run")
+
+    def finish(i: int, outcome: dict[str, Any] | BaseException) -> None:
+        run = runs[i]
+        if isinstance(outcome, BaseException):
+            print(f"run {run.arm} seed {run.seed} failed: {outcome!r}", file=sys.stderr)
+        else:
+            results[i] = outcome
+            bar.set_postfix_str(f"{run.arm} s{run.seed}: {outcome['steps_per_s']:.0f} steps/s", refresh=False)
+            outputs.write_json(
+                out_json, report.collect([r for r in results if r is not None]), compact_lists=True
+            )
+        bar.update()
+
+    if jobs == 1:
+        for i, run in enumerate(runs):
+            try:
+                outcome: dict[str, Any] | BaseException = _run(run, names[i])
+            except Exception as failure:
+                outcome = failure
+            finish(i, outcome)
+    else:
+        context = multiprocessing.get_context("spawn")  # CUDA and torch threads need fresh processes
+        with ProcessPoolExecutor(min(jobs, len(runs)), mp_context=context) as pool:
+            futures = {pool.submit(_run, run, names[i]): i for i, run in enumerate(runs)}
+            for future in as_completed(futures):
+                error = future.exception()
+                finish(futures[future], error if error is not None else future.result())
+    bar.close()
+    finished = [r for r in results if r is not None]
+    if not finished:
+        raise RuntimeError(f"every run of the sweep failed (see above); nothing written to {out_json}")
+    return finished
 
 
 def replot(config: PlotConfig) -> Path:
@@ -233,11 +244,9 @@ def markdown(
     stem: str,
     machine: str | None = None,
 ) -> str:
-    """The sweep's record (:func:`recipes.dqn_sweep_report.markdown`) with its first run's settings
-    and the command that reproduces it."""
-    resolved = asdict(run_config(config, arm_list(config)[0], config.seed))
-    command = command_line(config)
-    return report.markdown(config, config.jobs, resolved, command, results, curves, wall, stem, machine)
+    """The sweep's record (:func:`recipes.dqn_sweep_report.markdown`) with each arm's settings and
+    the command that reproduces it."""
+    return report.markdown(config, config.jobs, command_line(config), results, curves, wall, stem, machine)
 
 
 COMMANDS = ("sweep", "plot")

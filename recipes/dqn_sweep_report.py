@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from recipes import outputs
+from recipes import outputs, rl_metrics
 from recipes.dqn_config import ARMS, DDQNConfig
 from recipes.dqn_envs import atari_rom, env_family, load_atari_scores, normalized_score
 
@@ -151,7 +151,6 @@ def _fmt(values: list[float]) -> str:
 def markdown(
     config: DDQNConfig,
     jobs: int,
-    resolved: dict[str, Any],
     command: str,
     results: list[dict[str, Any]],
     curves: dict[str, Any],
@@ -159,12 +158,16 @@ def markdown(
     stem: str,
     machine: str | None = None,
 ) -> str:
-    """The sweep's record: command, machine, hyper-parameters, per-arm summary, per-run speed.
+    """The sweep's record: command, machine, per-arm summary (AUC and final score per seed, their
+    IQM with a 95 % bootstrap interval), speed, and the hyper-parameters — those every curve shares
+    once, those that differ with each curve's own value.
 
-    ``config``: the sweep's settings, run in ``jobs`` parallel processes; ``resolved``: the settings
-    of its first run (its config as a dict); ``command``: the command line that reproduces it.
+    ``config``: the sweep's settings, run in ``jobs`` parallel processes; ``results``: the runs'
+    records (each with its ``config``); ``command``: the command line that reproduces it.
     """
     scores = load_atari_scores().get(atari_rom(config.env)) if env_family(config.env) == "atari" else None
+    settings = curve_settings(results)
+    first = next(iter(settings.values()))
     lines = [
         f"# Double DQN replay arms on {config.env}",
         "",
@@ -176,15 +179,19 @@ def markdown(
         "thread each, "
         f"device `{config.device}`",
         f"- sweep wall time: {wall:,.0f} s for {len(results)} runs",
-        f"- score: mean return of the evaluation episodes (ε = {config.eval_epsilon:g}, at most "
-        f"{resolved['eval_episodes']} episodes / {resolved['eval_steps']:,} agent steps), every "
-        f"{resolved['eval_every']:,} agent steps",
+        f"- score: mean return of the evaluation episodes (at most {first['eval_episodes']} episodes / "
+        f"{first['eval_steps']:,} agent steps, ε as in the table below), every "
+        f"{first['eval_every']:,} agent steps; "
+        "AUC: a seed's mean over its evaluations (the area under its evaluation curve per step); "
+        "IQM [95 % bootstrap interval over seeds] (`recipes/rl_metrics.py`)",
         "",
     ]
     headers = [
         "arm",
         "seeds",
         "steps reached",
+        "AUC, IQM [95% CI]",
+        "final score, IQM [95% CI]",
         "final score, mean (min to max)",
         "best score, mean (min to max)",
         "agent steps/s per run",
@@ -193,22 +200,21 @@ def markdown(
     ]
     rows = []
     for arm, data in curves.items():
-        finals = []
-        for seed_index in range(len(data["seeds"])):
-            column = [row[seed_index] for row in data["returns"] if row[seed_index] is not None]
-            finals.append(column[-1] if column else math.nan)
+        metrics = seed_metrics(data)
         reached = f"{min(data['steps_reached']):,}–{max(data['steps_reached']):,}"
         row = [
             arm,
             len(data["seeds"]),
             reached,
-            _fmt(finals),
+            _interval(metrics["auc"]),
+            _interval(metrics["final"]),
+            _fmt(metrics["final"]),
             _fmt(data["best"]),
             _fmt(data["steps_per_s"]),
             _fmt(data["wall_s"]),
         ]
         if scores:
-            best = [b for b in data["best"] if math.isfinite(b)]
+            best = [b for b in data["best"] if b is not None and math.isfinite(b)]
             random, human = float(scores["random"]), float(scores["human"])
             norm = float(np.mean(normalized_score(best, random, human))) if best else math.nan
             row.append(f"{100 * norm:.0f}%")
@@ -221,20 +227,58 @@ def markdown(
             f"{scores['human']:g}, Double DQN {scores['ddqn']:g}, rank-based {scores['ddqn_rank']:g}, "
             f"proportional {scores['ddqn_proportional']:g}.",
         ]
-    lines += ["", "## Hyper-parameters of every run", ""]
-    skip = {"arm", "seed", "run_name", "progress", "log_dir", "resume", "alpha", "beta0", "beta_end"}
-    lines.append(
-        outputs.markdown_table(
-            ["field", "value"], [(k, f"`{v}`") for k, v in resolved.items() if k not in skip]
-        )
-    )
-    lines += [
-        "",
-        "α and β per arm: uniform α = 0, β = 0; proportional α = 0.6, β 0.4 → 1; rank α = 0.7, β 0.5 → 1; "
-        "lap p = max(|δ|, 1), α = 0.4, β = 0; laber m = 4 (uniform large batch, weights mean|δ| / |δ_i|); "
-        "unless given on the command line.",
-        "",
-        f"![{stem}]({stem}.png)",
-        "",
-    ]
+    shared, differing = split_settings(settings)
+    lines += ["", "## Hyper-parameters", ""]
+    if differing:
+        lines += [
+            "Each arm's own values (where the arms differ):",
+            "",
+            outputs.markdown_table(
+                ["field", *settings], [(k, *(f"`{settings[c][k]}`" for c in settings)) for k in differing]
+            ),
+            "",
+            "Every arm's values (where they agree):",
+            "",
+        ]
+    lines.append(outputs.markdown_table(["field", "value"], [(k, f"`{v}`") for k, v in shared.items()]))
+    lines += ["", f"![{stem}]({stem}.png)", ""]
     return "\n".join(lines)
+
+
+PER_RUN_FIELDS = frozenset({"arm", "seed", "run_name", "progress", "log_dir", "resume"})
+"""Config fields that name or steer one run, not the arm's settings."""
+
+
+def curve_settings(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{curve: config}``: the settings each curve ran with (its first seed's config, less the
+    per-run fields), in the curves' order."""
+    settings: dict[str, dict[str, Any]] = {}
+    for name in sorted({_name(r) for r in results}, key=lambda n: (ARMS.index(n.split()[0]), n)):
+        run = min((r for r in results if _name(r) == name), key=lambda r: r["config"]["seed"])
+        settings[name] = {k: v for k, v in run["config"].items() if k not in PER_RUN_FIELDS}
+    return settings
+
+
+def split_settings(settings: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
+    """The fields every curve shares (with their value) and the names of those that differ."""
+    configs = list(settings.values())
+    shared = {k: v for k, v in configs[0].items() if all(c.get(k) == v for c in configs)}
+    return shared, [k for k in configs[0] if k not in shared]
+
+
+def seed_metrics(data: dict[str, Any]) -> dict[str, list[float]]:
+    """Per seed of one curve: ``auc`` (mean over its evaluations) and ``final`` (its last one)."""
+    metrics: dict[str, list[float]] = {"auc": [], "final": []}
+    for seed_index in range(len(data["seeds"])):
+        column = [row[seed_index] for row in data["returns"]]
+        metrics["auc"].append(rl_metrics.auc(column))
+        metrics["final"].append(rl_metrics.final(column))
+    return metrics
+
+
+def _interval(values: list[float]) -> str:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return "–"
+    point, low, high = rl_metrics.iqm_interval(finite)
+    return f"{point:.1f} [{low:.1f}, {high:.1f}]"

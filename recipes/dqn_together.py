@@ -58,6 +58,7 @@ from recipes.atari_ddqn import (
     transition_targets,
 )
 from recipes.dqn_envs import SendRecv, lives, make_env, reset_with_seeds
+from recipes.dqn_model import optimizer_settings
 from recipes.dqn_parts import Timer
 from recipes.dqn_stacked import StackedQNetwork
 from recipes.dqn_update import GraphedForward, HostCopy, OptimizerStep, Pending
@@ -80,6 +81,8 @@ SHARED = (
     "lr",
     "rmsprop_decay",
     "rmsprop_eps",
+    "eps_follows_lr",
+    "clip_priority",
     "loss_reduction",
     "gamma",
     "n_step",
@@ -151,9 +154,11 @@ def train_together(cfgs: list[DDQNConfig], *, progress: bool = True) -> dict[str
         members.append(QNetwork(cfg.network, spec, cfg.hidden, cfg.shared_bias))
     q = StackedQNetwork(members).to(device)
     q_target = copy.deepcopy(q)
-    # PER: the prioritized arms step η / 4 (Table 3): one step size per agent.
-    lr = torch.tensor([c.lr / c.lr_divisor for c in cfgs], device=device)
-    optimizer = DQNRMSprop(q.parameters(), lr, cfg.rmsprop_decay, cfg.rmsprop_eps)
+    # PER: the prioritized arms step η / 4 (Table 3) with ε paired: one step size and ε per agent.
+    settings = [optimizer_settings(c) for c in cfgs]
+    lr = torch.tensor([s[0] for s in settings], device=device)
+    eps = torch.tensor([s[1] for s in settings], device=device)
+    optimizer = DQNRMSprop(q.parameters(), lr, cfg.rmsprop_decay, eps)
     learner = OptimizerStep(td_loss(q, q_target, cfg), list(q.parameters()), optimizer, graph=graph)
     forward = GraphedForward(q, graph=graph)
     frame_shape = spec.obs_shape[1:] if spec.frame_stack > 1 else spec.obs_shape
