@@ -17,7 +17,9 @@ that loop around a ``LightningModule``:
 * the training step returns ``{"loss": ..., "per_sample_loss": ...}``; after the step the callback
   writes the per-sample losses of exactly the drawn indices as their new priorities;
 * it logs ``per/beta``, ``per/weight_mean``, ``per/weight_max`` and ``per/max_priority`` (on the
-  steps the logger writes, every ``Trainer(log_every_n_steps=...)``), and
+  steps the logger writes, every ``Trainer(log_every_n_steps=...)``), feeds every batch's weights
+  to a :class:`~prisample.diagnostics.WeightMonitor` (``weight_mean``: their mean over the last
+  100 batches; one ``RuntimeWarning`` if it falls below 0.01), and
   stores the sampler state in the checkpoint, so a resumed run draws what the uninterrupted run
   would have (batches already prefetched at save time included);
 * with ``diagnostics=`` (a :class:`~prisample.diagnostics.Diagnostics`) it records each batch's
@@ -36,7 +38,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from prisample.diagnostics import Diagnostics
+from prisample.diagnostics import Diagnostics, WeightMonitor
 from prisample.distributed import DistributedPrioritizedSampler
 from prisample.ledger import DrawLedger
 from prisample.sampler import PrioritizedSampler
@@ -185,6 +187,13 @@ class PrioritizedSamplingCallback(Callback):
         self._batch_indices: torch.Tensor | None = None
         self._beta = 0.0
         self._loaded: dict[str, Any] | None = None
+        self.weight_monitor = WeightMonitor()
+        """The mean importance weight over the last batches; warns once if it collapses."""
+
+    @property
+    def weight_mean(self) -> float:
+        """Mean importance weight over the last 100 batches (NaN before the first)."""
+        return self.weight_monitor.weight_mean
 
     # -- setup ----------------------------------------------------------------------------------
     def _adopt(self, sampler: Any) -> None:
@@ -302,6 +311,7 @@ class PrioritizedSamplingCallback(Callback):
         indices = _batch_indices(batch)
         # PER: the weights of this batch are those computed when it was drawn.
         draw, beta = self._driver.take_with_beta(indices)
+        self.weight_monitor.update(draw.weights)
         weights = torch.from_numpy(draw.weights).to(pl_module.device)
         self.batch_weights, self._batch_indices, self._beta = weights, indices, beta
         if self.diagnostics is not None:

@@ -6,12 +6,26 @@ Schaul et al. (2016), Algorithm 1, inside SB3's own loop:
   ...)``, ``optimize_memory_usage``, ``handle_timeout_termination``) and puts a
   :class:`~prisample.PrioritizedSampler` over the flattened slots ``pos · n_envs + env``.  A written
   slot enters at the maximum priority of the memory (line 6); a batch is drawn with
-  ``P(i) = p_i^α / Σ_k p_k^α`` (Eq. 1) and carries its importance weights
-  ``w_i = (N · P(i))^-β / max_j w_j`` (Sec. 3.4) and its slots.
+  ``P(i) = p_i^α / Σ_k p_k^α`` (Eq. 1) with ``p_i = |δ_i| + ε``, and carries its importance
+  weights ``w_i = (N · P(i))^-β / max_j w_j`` (Sec. 3.4) and its slots.
 * :class:`PrioritizedDQN` is SB3's ``DQN`` whose ``train`` weights each sample's Huber loss by
   ``w_i`` and writes ``|δ_i|`` back as the new priorities after each gradient step (lines 11-12);
   β goes linearly from its initial value to ``beta_final`` over ``learn(total_timesteps)``.
-  Exploration, target updates, gradient clipping and logging stay SB3's.
+  Exploration, target updates, gradient clipping and logging stay SB3's.  ``train`` logs
+  ``per/weight_mean`` and feeds a :class:`~prisample.diagnostics.WeightMonitor`, which warns once
+  if the mean weight collapses.
+
+Defaults: ``eps = 0.01`` and ``weight_norm = "batch"``, i.e. ``p_i = |δ_i| + 0.01`` and
+``w_i = (N · P(i))^-β / max_{j in batch} (N · P(j))^-β``.  The former defaults were ``eps = 1e-6``
+with the memory's maximum, and the weights collapsed: one slot with ``|δ| ≈ 0`` has a tiny
+``P(i)`` and so the largest weight of the memory, which divides every other weight.  Measured in
+``recipes/sb3_cartpole.py`` (RL Zoo hyper-parameters): the mean weight fell from 0.043 to 0.0013
+within 12k steps while the largest priority grew from 4 to 57.  ``ε = 0.01`` is what the Double DQN
+recipe's weight ablation chose (``recipes/configs/atari_ddqn/arms/proportional.yaml``,
+``docs/results/weight_ablation.md``); dividing by the batch's largest weight is what the paper
+authors' release does (DQN Zoo, ``dqn_zoo/replay.py``, ``importance_sampling_weights(...,
+normalize=True)``) and what Dopamine's prioritized agents do (``loss_weights /=
+jnp.max(loss_weights)``).  Pass ``eps=1e-6, weight_norm="memory"`` for the former behaviour.
 
 >>> from prisample.sb3 import PrioritizedDQN
 >>> model = PrioritizedDQN("MlpPolicy", "CartPole-v1", learning_starts=50, buffer_size=1000,
@@ -38,12 +52,19 @@ from stable_baselines3.common.vec_env import VecNormalize
 from stable_baselines3.dqn.policies import DQNPolicy
 
 from prisample._validation import check_positive_int, to_numpy
+from prisample.diagnostics import WeightMonitor
 from prisample.sampler import PrioritizedSampler
 from prisample.weights import LinearSchedule, WeightNorm, check_beta
 
 __all__ = ["PrioritizedDQN", "PrioritizedReplayBuffer", "PrioritizedReplayBufferSamples", "weighted_huber"]
 
 SB3_BACKENDS = ("proportional", "rank")
+DEFAULT_EPS = 0.01
+"""``ε`` of ``p_i = |δ_i| + ε``: the Double DQN recipe's weight ablation
+(``recipes/configs/atari_ddqn/arms/proportional.yaml``); 1e-6 let the weights collapse."""
+DEFAULT_WEIGHT_NORM: WeightNorm = "batch"
+"""Weights divided by the batch's largest, as DQN Zoo (``dqn_zoo/replay.py``,
+``importance_sampling_weights(normalize=True)``) and Dopamine's prioritized agents do."""
 
 
 class PrioritizedReplayBufferSamples(NamedTuple):
@@ -68,8 +89,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     The constructor is SB3's plus the sampler's arguments: ``alpha`` (``α``, 0 is uniform),
     ``beta`` (a float in ``[0, 1]`` or a :class:`~prisample.LinearSchedule` counted in draws),
-    ``eps`` (``ε`` of ``p_i = |δ_i| + ε``), ``backend`` (``"proportional"`` or ``"rank"``),
-    ``weight_norm`` (``"memory"``, ``"batch"`` or ``"none"``) and ``seed`` (the draws' RNG).
+    ``eps`` (``ε`` of ``p_i = |δ_i| + ε``, default 0.01), ``backend`` (``"proportional"`` or
+    ``"rank"``), ``weight_norm`` (``"batch"``, the default, ``"memory"`` or ``"none"``) and ``seed``
+    (the draws' RNG).
+
+    The weights are ``w_i = (N · P(i))^-β / max_j (N · P(j))^-β`` with the maximum over the drawn
+    batch (``"batch"``: DQN Zoo's ``importance_sampling_weights(normalize=True)``, Dopamine's
+    ``loss_weights /= max(loss_weights)``) or over the memory (``"memory"``, Sec. 3.4 of the
+    paper).  The defaults ``eps=0.01, weight_norm="batch"`` replace ``eps=1e-6,
+    weight_norm="memory"``, under which the weights collapsed (module docstring).  A saved buffer
+    (``save_replay_buffer``) or sampler state keeps the ``eps`` and ``weight_norm`` it was built
+    with.
 
     Storage is SB3's own; :attr:`sampler` holds one priority per slot ``pos · n_envs + env``.  With
     ``optimize_memory_usage`` the slots of row ``pos`` are left out once the buffer is full, as SB3
@@ -90,9 +120,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         *,
         alpha: float = 0.6,
         beta: float | LinearSchedule = 0.4,
-        eps: float = 1e-6,
+        eps: float = DEFAULT_EPS,
         backend: str = "proportional",
-        weight_norm: WeightNorm = "memory",
+        weight_norm: WeightNorm = DEFAULT_WEIGHT_NORM,
         seed: int | None = None,
     ) -> None:
         if backend not in SB3_BACKENDS:
@@ -240,8 +270,11 @@ class PrioritizedDQN(DQN):
     :class:`~prisample.LinearSchedule` ``beta`` follows its own schedule, counted in gradient
     steps, and ``beta_final`` is not used.
 
-    ``train`` logs ``per/beta`` (β of the last draw), ``per/weight_mean`` and
-    ``per/max_priority`` next to SB3's ``train/loss``.
+    ``train`` logs ``per/beta`` (β of the last draw), ``per/weight_mean`` (the mean weight of the
+    call's batches) and ``per/max_priority`` next to SB3's ``train/loss``, and feeds every batch's
+    weights to :attr:`weight_monitor`, a :class:`~prisample.diagnostics.WeightMonitor` that warns
+    once (``RuntimeWarning``) if the mean weight over the last 100 batches falls below 0.01.  The
+    monitor is not saved with the model (``save``); a loaded model starts a fresh one.
     """
 
     replay_buffer: PrioritizedReplayBuffer  # set up by SB3 (its `replay_buffer_class`)
@@ -268,7 +301,18 @@ class PrioritizedDQN(DQN):
                 f"n_steps should be 1 (PrioritizedReplayBuffer has one-step returns only), "
                 f"but got n_steps={kwargs['n_steps']!r}"
             )
+        self.weight_monitor = WeightMonitor()
+        """The mean importance weight over the last batches; warns once if it collapses."""
         super().__init__(policy, env, *args, **kwargs)
+
+    @property
+    def weight_mean(self) -> float:
+        """Mean importance weight over the last batches (:attr:`weight_monitor`; NaN before training)."""
+        return self.weight_monitor.weight_mean
+
+    def _excluded_save_params(self) -> list[str]:
+        # Run-time bookkeeping: models saved before the monitor existed load the same way.
+        return [*super()._excluded_save_params(), "weight_monitor"]
 
     def _anneal_beta(self) -> None:
         start = self.replay_buffer.beta_schedule
@@ -303,7 +347,7 @@ class PrioritizedDQN(DQN):
             # PER: importance-weighted Huber loss (Algorithm 1, line 10)
             loss, td_abs = weighted_huber(current_q, target_q, replay_data.weights)
             losses.append(loss.item())
-            weight_means.append(float(replay_data.weights.mean()))
+            weight_means.append(self.weight_monitor.update(replay_data.weights))
             self.policy.optimizer.zero_grad()
             loss.backward()  # type: ignore[no-untyped-call]
             th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)

@@ -27,7 +27,11 @@ priorities ``p_i`` given to ``update_priority`` (e.g. ``|δ_i|``):
 ``info["priority_weight"]`` (the key TorchRL's losses read) holds the importance weights
 ``w_i = (N · P(i))^-β / max_j (N · P(j))^-β = (P(i) / P_min)^-β`` (Sec. 3.4, the maximum over the
 memory; ``weight_norm="memory"``, TorchRL's normalisation), or normalised by the batch's largest
-weight (``"batch"``), or not at all (``"none"``).
+weight (``"batch"``), or not at all (``"none"``).  Every batch's weights also go to
+:attr:`PrioritizedSampler.weight_monitor` (a :class:`~prisample.diagnostics.WeightMonitor`):
+:attr:`PrioritizedSampler.weight_mean` is their mean over the last 100 batches, and a
+``RuntimeWarning`` is issued once if it falls below 0.01 (a tiny ``eps`` with the memory's maximum:
+raise ``eps`` to 0.01 or use ``weight_norm="batch"``).
 
 Differences from TorchRL's own sampler:
 
@@ -110,6 +114,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.storages import Storage
 
 from prisample._validation import as_indices, check_positive_int, short_repr, to_numpy
+from prisample.diagnostics import WeightMonitor
 from prisample.sampler import PrioritizedSampler as _Engine
 from prisample.weights import LinearSchedule, WeightNorm
 
@@ -141,7 +146,8 @@ class PrioritizedSampler(Sampler):  # type: ignore[misc]  # torchrl ships no typ
     (``"memory"``, ``"batch"`` or ``"none"``) and ``seed`` (of the draws' generator).
 
     The module docstring states the distribution, the weights and what differs from TorchRL's
-    sampler.
+    sampler.  :attr:`weight_mean` is the mean importance weight over the last batches drawn
+    (:attr:`weight_monitor`, which is neither in :meth:`state_dict` nor reset by it).
     """
 
     def __init__(
@@ -197,6 +203,8 @@ class PrioritizedSampler(Sampler):  # type: ignore[misc]  # torchrl ships no typ
         # True once the draws' generator must not be reseeded by a buffer's generator: an explicit
         # seed, a first reseed, or a restored state (whose generator continues the saved draws).
         self._seeded = seed is not None
+        self.weight_monitor = WeightMonitor()
+        """The mean importance weight over the last batches; warns once if it collapses."""
 
     def __repr__(self) -> str:
         return (
@@ -251,6 +259,11 @@ class PrioritizedSampler(Sampler):  # type: ignore[misc]  # torchrl ships no typ
         return self._engine.weight_norm
 
     @property
+    def weight_mean(self) -> float:
+        """Mean ``priority_weight`` over the last 100 batches drawn (NaN before the first)."""
+        return self.weight_monitor.weight_mean
+
+    @property
     def default_priority(self) -> float:
         """The raw priority new items enter at: the largest in the memory (1 while it is empty)."""
         return self._engine.max_priority
@@ -277,6 +290,11 @@ class PrioritizedSampler(Sampler):  # type: ignore[misc]  # torchrl ships no typ
         state["_generator"] = None
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if "weight_monitor" not in state:  # pickled before the monitor existed
+            self.weight_monitor = WeightMonitor()
+
     # -- TorchRL's sampler protocol ------------------------------------------------------------
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw ``batch_size`` storage indices: ``(index, {"priority_weight": w})``.
@@ -292,6 +310,7 @@ class PrioritizedSampler(Sampler):  # type: ignore[misc]  # torchrl ships no typ
             raise RuntimeError(EMPTY_STORAGE_ERROR)
         self._follow_storage(n)
         draw = self._engine.sample(batch_size)
+        self.weight_monitor.update(draw.weights)
         index = torch.from_numpy(draw.indices)
         weight = torch.from_numpy(draw.weights)
         if self.dtype != torch.float32:

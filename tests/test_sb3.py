@@ -2,11 +2,16 @@
 
 The buffer's draws against the exact ``P(i)`` over ``(pos, env)`` slots, its weights against
 ``(N·P)^-β / max``, its batches against SB3's own ``ReplayBuffer`` for the same data and slots, and
-``PrioritizedDQN.train`` against SB3's ``DQN.train`` on the same batch.
+``PrioritizedDQN.train`` against SB3's ``DQN.train`` on the same batch.  The defaults (ε = 0.01,
+batch normalisation) against the weight collapse of the former ones (ε = 1e-6, memory maximum),
+``per/weight_mean`` and the weight monitor, and the CartPole recipe's outputs.
 """
 
 from __future__ import annotations
 
+import inspect
+import json
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,11 +23,14 @@ pytest.importorskip("stable_baselines3")
 from gymnasium import spaces
 from stable_baselines3 import DQN
 from stable_baselines3.common.buffers import ReplayBuffer
-from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.logger import KVWriter, Logger
+from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
 from prisample import LinearSchedule
+from prisample.diagnostics import WeightMonitor
 from prisample.sb3 import PrioritizedDQN, PrioritizedReplayBuffer
+from prisample.weights import WeightNorm
 
 OBS = spaces.Box(-10.0, 10.0, shape=(3,), dtype=np.float32)
 ACT = spaces.Discrete(4)
@@ -69,12 +77,23 @@ def test_draws_follow_p_over_pos_env_slots() -> None:
     np.testing.assert_allclose(buf.sampler.probabilities(slots), expected[:12], rtol=1e-9)
 
 
+@pytest.mark.parametrize("weight_norm", ["memory", "batch"])
 @pytest.mark.parametrize("backend", ["proportional", "rank"])
-def test_weights_are_normalised_importance_weights(backend: str) -> None:
-    """(b) ``w_i = (N·P(i))^-β / max_j (N·P(j))^-β`` over the memory, shape (k, 1) like rewards."""
+def test_weights_are_normalised_importance_weights(backend: str, weight_norm: WeightNorm) -> None:
+    """(b) ``w_i = (N·P(i))^-β / max_j (N·P(j))^-β``, the maximum over the memory or over the
+    batch, shape (k, 1) like rewards."""
     n_envs, alpha, beta = 2, 0.8, 0.6
     buf = PrioritizedReplayBuffer(
-        20, OBS, ACT, "cpu", n_envs=n_envs, alpha=alpha, beta=beta, backend=backend, seed=1
+        20,
+        OBS,
+        ACT,
+        "cpu",
+        n_envs=n_envs,
+        alpha=alpha,
+        beta=beta,
+        backend=backend,
+        seed=1,
+        weight_norm=weight_norm,
     )
     fill([buf], steps=7, n_envs=n_envs)
     n = 14
@@ -86,10 +105,12 @@ def test_weights_are_normalised_importance_weights(backend: str) -> None:
         ranks[np.argsort(-buf.sampler.priorities[:n], kind="stable")] = np.arange(1, n + 1)
         p = ranks**-alpha / (np.arange(1, n + 1) ** -alpha).sum()
     w = (n * p) ** -beta
-    w /= w.max()
     batch = buf.sample(64)
+    expected = w[batch.indices] / (w.max() if weight_norm == "memory" else w[batch.indices].max())
     assert batch.weights.shape == (64, 1) and batch.weights.dtype == torch.float32
-    np.testing.assert_allclose(batch.weights[:, 0].numpy(), w[batch.indices], rtol=1e-5)
+    np.testing.assert_allclose(batch.weights[:, 0].numpy(), expected, rtol=1e-5)
+    if weight_norm == "batch":
+        assert float(batch.weights.max()) == 1.0
 
 
 @pytest.mark.parametrize(
@@ -305,37 +326,6 @@ def test_weighted_loss_and_priorities_written_back() -> None:
     np.testing.assert_allclose(buf.sampler.priorities[list(last)], list(last.values()), rtol=1e-6)
 
 
-def test_cartpole_recipe_tiny(tmp_path: Any) -> None:
-    """recipes/sb3_cartpole.py with tiny arguments writes its JSON, PNG and Markdown table."""
-    from recipes import sb3_cartpole as rec
-
-    out = tmp_path / "cp"
-    result = rec.main(
-        [
-            "--seeds",
-            "1",
-            "--timesteps",
-            "1100",
-            "--eval_episodes",
-            "1",
-            "--curve_points",
-            "4",
-            "--arms",
-            "uniform,rank",
-            "--out",
-            str(out),
-        ]
-    )
-    assert set(result["arms"]) == {"uniform", "rank"}
-    for suffix in ("json", "png", "md"):
-        assert (tmp_path / f"cp.{suffix}").stat().st_size > 0
-    run = result["arms"]["rank"]["runs"][0]
-    assert len(run["curve"]) == 4 and 0 < run["eval_mean_return"] <= 500
-    assert rec.Config().out == "runs/sb3_cartpole" and rec.Config().timesteps == 50_000
-    with pytest.raises(SystemExit):
-        rec.main(["--arms", "greedy"])
-
-
 def test_save_load_round_trip_keeps_priorities_and_draws(tmp_path: Any) -> None:
     """SB3's ``save``/``load`` and ``save_replay_buffer``/``load_replay_buffer``: the same model
     class, ``beta_final``, priorities and next draws (the sampler's RNG travels in the pickle)."""
@@ -363,3 +353,219 @@ def test_save_load_round_trip_keeps_priorities_and_draws(tmp_path: Any) -> None:
     first, second = a.sample(16), b.sample(16)
     np.testing.assert_array_equal(first.indices, second.indices)
     assert torch.equal(first.weights, second.weights) and torch.equal(first.observations, second.observations)
+    # The weight monitor is run-time bookkeeping: not in the saved data (as in models saved before
+    # it existed), and a loaded model starts a fresh one.
+    data, _, _ = load_from_zip_file(tmp_path / "model.zip", device="cpu")
+    assert data is not None and "weight_monitor" not in data
+    assert model.weight_monitor.batches > 0 and loaded.weight_monitor.batches == 0
+
+
+# -- defaults, weight collapse and the weight monitor -------------------------------------------------
+
+OLD_DEFAULTS: dict[str, Any] = {"eps": 1e-6, "weight_norm": "memory"}
+"""prisample.sb3's defaults before issue 21, under which the weights collapsed."""
+
+
+def test_buffer_defaults_are_eps_001_and_batch_normalisation() -> None:
+    """Pinned: ε = 0.01 (the DQN recipe's weight ablation) and the batch maximum (DQN Zoo,
+    Dopamine), in the signature, in a buffer built without them and in PrioritizedDQN's buffer;
+    the CartPole recipe's prioritized arms state the same values."""
+    from recipes import sb3_cartpole
+
+    params = inspect.signature(PrioritizedReplayBuffer.__init__).parameters
+    defaults = (params["eps"].default, params["weight_norm"].default)
+    assert defaults == (0.01, "batch")
+    buf = PrioritizedReplayBuffer(8, OBS, ACT, "cpu")
+    assert (buf.sampler.eps, buf.sampler.weight_norm) == (0.01, "batch")
+    model = PrioritizedDQN("MlpPolicy", "CartPole-v1", buffer_size=64, device="cpu")
+    assert (model.replay_buffer.sampler.eps, model.replay_buffer.sampler.weight_norm) == (0.01, "batch")
+    for arm in ("proportional", "rank"):
+        kwargs = sb3_cartpole.ARMS[arm][1]
+        assert kwargs is not None
+        assert (kwargs["eps"], kwargs["weight_norm"]) == defaults
+
+
+def _mean_weight(buffer_kwargs: dict[str, Any], plant_zero: bool) -> tuple[float, list[Any]]:
+    """Mean weight of 150 batches of 64 (β = 1) from 512 slots with |δ| ~ U(0.5, 2), one of them
+    planted at |δ| = 0 when asked, through a WeightMonitor; and the warnings it issued."""
+    buf = PrioritizedReplayBuffer(512, OBS, ACT, "cpu", alpha=0.6, beta=1.0, seed=0, **buffer_kwargs)
+    fill([buf], steps=512, n_envs=1)
+    errors = np.random.default_rng(0).uniform(0.5, 2.0, size=512)
+    if plant_zero:
+        errors[7] = 0.0
+    buf.update_priorities(np.arange(512), errors)
+    monitor = WeightMonitor()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(150):
+            monitor.update(buf.sample(64).weights)
+    return monitor.weight_mean, [w for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+@pytest.mark.parametrize(
+    ("buffer_kwargs", "plant_zero", "collapses"),
+    [
+        (OLD_DEFAULTS, True, True),  # the bug: one |δ| = 0 slot sets the memory's maximum weight
+        (OLD_DEFAULTS, False, False),  # control: without it the old defaults are fine
+        ({}, True, False),  # the new defaults
+        ({"eps": 0.01, "weight_norm": "memory"}, True, False),  # each change alone is enough
+        ({"eps": 1e-6, "weight_norm": "batch"}, True, False),
+    ],
+)
+def test_a_zero_td_slot_collapses_the_weights_only_under_the_old_defaults(
+    buffer_kwargs: dict[str, Any], plant_zero: bool, collapses: bool
+) -> None:
+    """Issue 21: with ε = 1e-6 and the memory's maximum, one slot with |δ| ≈ 0 has P(i) ≈ 0 and the
+    largest weight, which divides every other: the mean weight falls below the monitor's threshold
+    (and it warns, once).  With the defaults, or either change alone, it stays above."""
+    mean, warned = _mean_weight(buffer_kwargs, plant_zero)
+    threshold = WeightMonitor().threshold
+    if collapses:
+        assert mean < threshold / 10
+        assert len(warned) == 1 and "eps" in str(warned[0].message)
+    else:
+        assert mean > 2 * threshold  # ε = 0.01 with the memory maximum: about 0.05; batch maximum: 0.6
+        assert warned == []
+
+
+def test_an_old_buffer_state_loads_and_keeps_its_eps_and_weight_norm(tmp_path: Any) -> None:
+    """A sampler state or a saved replay buffer made with the former defaults keeps ε = 1e-6 and
+    the memory maximum when loaded where the new defaults apply, and draws the same weights."""
+    old = PrioritizedReplayBuffer(64, OBS, ACT, "cpu", seed=3, **OLD_DEFAULTS)
+    fill([old], steps=40, n_envs=1)
+    old.update_priorities(np.arange(40), np.random.default_rng(1).exponential(size=40))
+    new = PrioritizedReplayBuffer(64, OBS, ACT, "cpu")
+    fill([new], steps=40, n_envs=1)
+    new.sampler.load_state_dict(old.sampler.state_dict())
+    assert (new.sampler.eps, new.sampler.weight_norm) == (1e-6, "memory")
+    a, b = old.sample(32), new.sample(32)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    assert torch.equal(a.weights, b.weights)
+
+    kwargs: dict[str, Any] = dict(learning_starts=20, buffer_size=200, device="cpu", seed=0)
+    model = PrioritizedDQN("MlpPolicy", "CartPole-v1", replay_buffer_kwargs=dict(OLD_DEFAULTS), **kwargs)
+    model.learn(60)
+    model.save_replay_buffer(tmp_path / "replay.pkl")
+    fresh = PrioritizedDQN("MlpPolicy", "CartPole-v1", **kwargs)
+    assert fresh.replay_buffer.sampler.eps == 0.01
+    fresh.load_replay_buffer(tmp_path / "replay.pkl")
+    assert (fresh.replay_buffer.sampler.eps, fresh.replay_buffer.sampler.weight_norm) == (1e-6, "memory")
+
+
+class _Capture(KVWriter):
+    """Keeps every dump of SB3's logger."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
+        self.rows.append(dict(key_values))
+
+
+def test_learn_logs_per_weight_mean_and_feeds_every_batch_to_the_monitor() -> None:
+    model = PrioritizedDQN(
+        "MlpPolicy",
+        "CartPole-v1",
+        learning_starts=50,
+        buffer_size=1000,
+        batch_size=32,
+        policy_kwargs={"net_arch": [32]},
+        device="cpu",
+        seed=0,
+        replay_buffer_kwargs={"alpha": 0.6, "beta": 0.4, "seed": 0},
+    )
+    capture = _Capture()
+    model.set_logger(Logger(folder=None, output_formats=[capture]))
+    model.learn(400, log_interval=1)
+    logged = [row["per/weight_mean"] for row in capture.rows if "per/weight_mean" in row]
+    assert logged and all(0.0 < w <= 1.0 for w in logged)
+    assert model._n_updates > 50 and model.weight_monitor.batches == model._n_updates
+    assert model.weight_mean == model.weight_monitor.weight_mean and 0.0 < model.weight_mean <= 1.0
+
+
+@pytest.mark.parametrize(("buffer_kwargs", "warns"), [(OLD_DEFAULTS, True), ({}, False)])
+def test_train_warns_once_when_the_weights_collapse(buffer_kwargs: dict[str, Any], warns: bool) -> None:
+    """``train`` feeds the monitor: one warning naming ε and the normalisation under the former
+    defaults with a |δ| = 0 slot, none with the defaults."""
+    kwargs = {"alpha": 0.6, "beta": 1.0, "seed": 0, **buffer_kwargs}
+    model = _model(PrioritizedDQN, replay_buffer_kwargs=kwargs, beta_final=None)
+    assert isinstance(model, PrioritizedDQN)
+    _cartpole_batch_buffer(model)
+    errors = np.random.default_rng(2).uniform(0.5, 2.0, size=120)
+    errors[0] = 0.0
+    model.replay_buffer.update_priorities(np.arange(120), errors)
+    model.weight_monitor = WeightMonitor(window=5, min_batches=5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            model.train(gradient_steps=5, batch_size=16)
+    found = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(found) == (1 if warns else 0)
+    if warns:
+        text = str(found[0].message)
+        assert "eps=0.01" in text and 'weight_norm="batch"' in text and '"memory"' in text
+    assert model.weight_monitor.batches == 15
+
+
+# -- the CartPole recipe ----------------------------------------------------------------------------
+
+TINY = ["--seeds", "1", "--timesteps", "1100", "--eval_every", "400", "--eval_episodes", "1"]
+TINY += ["--curve_points", "4", "--arms", "uniform,proportional"]
+
+
+def test_cartpole_recipe_writes_the_per_seed_metrics(tmp_path: Any) -> None:
+    """A tiny comparison (1 seed, 2 arms, one training rollout): the JSON holds per arm one ``auc``,
+    ``final`` and ``weight_mean_last`` per seed, the evaluation steps and curves; the PNG and the
+    table are written; ``--jobs 2`` (spawned processes) gives the same numbers."""
+    from recipes import sb3_cartpole as rec
+
+    rec.main([*TINY, "--out", str(tmp_path / "cp")])
+    for suffix in ("json", "png", "md"):
+        assert (tmp_path / f"cp.{suffix}").stat().st_size > 0
+    result = json.loads((tmp_path / "cp.json").read_text())
+    assert set(result["arms"]) == {"uniform", "proportional"}
+    for arm in result["arms"].values():
+        assert arm["seeds"] == [0]
+        assert all(len(arm[key]) == 1 for key in ("auc", "final", "weight_mean_last", "eval_curves"))
+        assert arm["eval_steps"] == [400, 800, 1280]  # every 400 steps, then the end (5 rollouts of 256)
+        (curve,) = arm["eval_curves"]
+        assert len(curve) == 3 and all(0 < v <= 500 for v in curve)
+        assert arm["auc"] == [pytest.approx(np.mean(curve))] and arm["final"] == [curve[-1]]
+        assert len(arm["auc_iqm"]) == 3
+    assert result["arms"]["uniform"]["weight_mean_last"] == [1.0]
+    (w,) = result["arms"]["proportional"]["weight_mean_last"]
+    assert 0.0 < w <= 1.0  # one train call of 128 batches ran
+    assert "AUC" in (tmp_path / "cp.md").read_text()
+
+    rec.main([*TINY, "--jobs", "2", "--out", str(tmp_path / "cp2")])
+    parallel = json.loads((tmp_path / "cp2.json").read_text())
+    for name, arm in result["arms"].items():
+        for key in ("auc", "final", "weight_mean_last", "eval_curves"):
+            assert parallel["arms"][name][key] == arm[key], (name, key)
+
+
+def test_cartpole_recipe_without_arguments_prints_its_usage_and_runs_nothing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from recipes import sb3_cartpole as rec
+
+    def no_run(cfg: Any) -> dict[str, Any]:
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(rec, "run", no_run)
+    with pytest.raises(SystemExit) as exit_info:
+        rec.main([])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m recipes.sb3_cartpole") and "--run" in err
+    with pytest.raises(SystemExit) as exit_info:
+        rec.main(["--help"])
+    assert exit_info.value.code == 0
+    shown = capsys.readouterr().out
+    assert "--eval_every" in shown and "--jobs" in shown and "--run" in shown
+    assert rec.parse(["--run"]) == rec.Config()
+    assert rec.Config().out == "runs/sb3_cartpole" and rec.Config().timesteps == 50_000
+    assert rec.Config().eval_every == 5_000 and rec.Config().jobs == 1
+    for bad in (["--arms", "greedy"], ["--eval_every", "0"], ["--jobs", "0"]):
+        with pytest.raises(SystemExit):
+            rec.main(bad)
