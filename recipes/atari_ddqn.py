@@ -54,7 +54,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from prisample.diagnostics import Diagnostics
+from prisample.diagnostics import Diagnostics, WeightMonitor
 from prisample.laber import LaBER
 from prisample.losses import lap_priorities
 from recipes.dqn_config import (
@@ -343,6 +343,7 @@ def train(cfg: DDQNConfig) -> RunResult:
     stepper = SendRecv(env)
 
     copier = HostCopy(device)
+    weights = WeightMonitor()  # per/weight_mean below 0.01: ε and the normalisation are named
     pending: list[tuple[np.ndarray, Pending]] = []  # updates whose new priorities are not written yet
 
     def write_priorities(keep: int) -> None:
@@ -358,6 +359,7 @@ def train(cfg: DDQNConfig) -> RunResult:
             if diagnostics is not None:
                 diagnostics.on_update(indices, host[:-3])
             window.add_update(host)  # PER: the loss, mean |δ|, and the weights' mean and minimum
+            weights.update(host[-2:-1])  # PER: warns once if the batches' mean weight collapses
 
     def update_due(step: int, alpha: float, beta: float) -> None:
         """Lines 7-15 once learning started: one minibatch update per K agent steps up to ``step``."""

@@ -64,7 +64,7 @@ class DDQNConfig:
     """Replay distribution: 'uniform', 'proportional' (p = |δ| + ε) or 'rank' (p = 1/rank)."""
     total_steps: int = 50_000_000
     """Agent steps of training T (Atari: 50M = 200M frames)."""
-    schedule_horizon: int | None = None
+    schedule_horizon: int | None = 50_000_000
     """Agent steps at which α and β reach their end values: the reference's whole training budget
     (Table 3: "the limiting value is reached at the end of training"; DQN Zoo anneals β over all its
     iterations), so that a run cut short stops where the reference's schedule stands at that step
@@ -118,9 +118,10 @@ class DDQNConfig:
     """ε of p = |δ| + ε (proportional; "a small positive constant", Sec. 3.3).  0.01, not 1e-6: with
     the memory's max weight (App. B.2.1) a slot with |δ| ≈ 0 and ε = 1e-6 shrinks every other
     weight towards 0 (the weight ablation in docs/recipes/atari_ddqn.md)."""
-    weight_norm: Literal["memory", "batch"] = "memory"
-    """Importance weights divided by their maximum over the memory (the paper, App. B.2.1) or
-    over the minibatch."""
+    weight_norm: Literal["memory", "batch"] = "batch"
+    """Importance weights divided by their maximum over the minibatch (the authors' release: DQN
+    Zoo's ``importance_sampling_weights(normalize=True)``; Dopamine likewise) or over the memory
+    (the paper's text, App. B.2.1, read literally)."""
     network: Network = "nature_cnn"
     """'nature_cnn' (Mnih et al. 2015), 'minatar_cnn' (Young & Tian 2019), 'dopamine_minatar'
     (Dopamine's ``MinatarDQNNetwork``: one 'same' conv layer, no hidden layer) or 'mlp'."""

@@ -187,7 +187,9 @@ def test_dqn_rank_arm_follows_table_3() -> None:
     """The paper's first experiment (Table 3, "DQN, rank-based"): DQN's max target, rank-based
     replay, α annealed linearly 0.5 → 0 by the end of training, β = 0 throughout, η/4, ε = 0.05 in
     evaluation; α and β count agent steps from the first update, like ε."""
-    cfg = load_config("ALE/Pong-v5", "dqn_rank", total_steps=1_050_000, learning_starts=50_000)
+    cfg = load_config(
+        "ALE/Pong-v5", "dqn_rank", total_steps=1_050_000, schedule_horizon=1_050_000, learning_starts=50_000
+    )
     assert (cfg.algorithm, cfg.replay, cfg.eval_epsilon, cfg.lr_divisor) == ("dqn", "rank", 0.05, 4.0)
     schedules = Schedules.of(cfg)
     for t, alpha in ((0, 0.5), (50_000, 0.5), (550_000, 0.25), (1_050_000, 0.0), (2_000_000, 0.0)):
@@ -195,7 +197,9 @@ def test_dqn_rank_arm_follows_table_3() -> None:
     assert schedules.at(302_000)[1] == 0.37  # α moves in steps of 0.01 (0.374 → 0.37)
     eps = [schedules.at(t)[0] for t in (0, 50_000, 550_000, 1_050_000, 1_049_999 + 10**6)]
     assert eps == pytest.approx([1.0, 1.0, 0.505, 0.01, 0.01])
-    rank = Schedules.of(load_config("ALE/Pong-v5", "rank", total_steps=1_050_000, learning_starts=50_000))
+    rank = Schedules.of(
+        load_config("ALE/Pong-v5", "rank", total_steps=1_050_000, schedule_horizon=None, learning_starts=50_000)
+    )
     assert [rank.at(t)[1:] for t in (50_000, 550_000, 1_050_000)] == [(0.7, 0.5), (0.7, 0.75), (0.7, 1.0)]
     assert load_config("ALE/Pong-v5", "dqn_uniform").algorithm == "dqn"
 

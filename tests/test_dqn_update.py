@@ -56,7 +56,8 @@ def batches(spec: EnvSpec, k: int, count: int, seed: int, agents: int | None = N
 def manual_update(
     q: QNetwork, q_target: QNetwork, opt: torch.optim.Optimizer, b: Batch, arm: str
 ) -> torch.Tensor:
-    """Algorithm 1's update written out: δ, the Huber loss weighted by w, one optimiser step."""
+    """Algorithm 1's update written out: δ, the Huber loss weighted by w, one optimiser step; the
+    priorities |δ| unclipped (DQN Zoo clips only the gradient)."""
     cfg = load_config("MinAtar/Breakout-v1", arm)
     q_taken = q(b.obs).gather(1, b.action.view(-1, 1)).squeeze(1)
     with torch.no_grad():
@@ -70,7 +71,8 @@ def manual_update(
     opt.zero_grad()
     loss.backward()
     opt.step()
-    return delta.detach().clamp(-1, 1).abs()
+    assert not cfg.clip_priority
+    return delta.detach().abs()
 
 
 def test_eager_step_is_algorithm_1_update() -> None:

@@ -1,0 +1,166 @@
+"""The registered PER-vs-uniform comparison (issue 21): its metrics, its protocol, its runs, its report,
+and the sweep table that shows each arm's own hyper-parameters."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from recipes import dqn_sweep_report as report
+from recipes import per_vs_uniform, rl_metrics
+from recipes.dqn_config import load_config
+
+
+def test_auc_is_the_mean_over_evaluations_and_final_the_last() -> None:
+    curve = [0.0, None, 10.0, 20.0, float("nan")]
+    assert rl_metrics.auc(curve) == pytest.approx(10.0)
+    assert rl_metrics.final(curve) == 20.0
+    assert math.isnan(rl_metrics.auc([None])) and math.isnan(rl_metrics.final([]))
+
+
+def test_welch_matches_scipy() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(0)
+    for size_a, size_b, shift in ((10, 10, 0.3), (4, 7, 1.5), (5, 5, 0.0), (12, 3, -2.0)):
+        a, b = rng.normal(size=size_a), rng.normal(shift, 2.0, size=size_b)
+        t, p = rl_metrics.welch(a, b)
+        expected = stats.ttest_ind(a, b, equal_var=False)
+        assert t == pytest.approx(expected.statistic, rel=1e-9)
+        assert p == pytest.approx(expected.pvalue, rel=1e-7, abs=1e-12)
+
+
+def test_compare_gives_the_sign_of_a_clear_difference_and_none_for_noise() -> None:
+    """Separated seeds: "better"/"worse" by the sign of IQM(arm) − IQM(baseline); the same
+    distribution: "no difference detected" (the interval covers 0)."""
+    rng = np.random.default_rng(1)
+    low, high = rng.normal(100, 5, 10), rng.normal(200, 5, 10)
+    assert rl_metrics.compare(high, low)["verdict"] == "better"
+    result = rl_metrics.compare(low, high)
+    assert result["verdict"] == "worse" and result["difference"][2] < 0 < result["welch_t"] * -1
+    same = rl_metrics.compare(rng.normal(0, 1, 10), rng.normal(0, 1, 10))
+    assert same["verdict"] == "no difference detected" and same["difference"][1] < 0 < same["difference"][2]
+    point, lo, hi = rl_metrics.iqm_interval([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert lo <= point <= hi and point == pytest.approx(3.0)  # the IQM drops the outlier
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        rl_metrics.compare([1.0], [1.0, 2.0])
+
+
+def test_protocol_is_what_the_issue_registers() -> None:
+    """CartPole: 5 arms × ≥ 10 seeds separating step size and sampling, each arm against the uniform
+    arm of its own step size; MinAtar: ≥ 2 games × 3 arms × ≥ 4 seeds on Dopamine's config; SB3."""
+    protocol = per_vs_uniform.load_protocol()
+    cartpole = protocol["envs"]["CartPole-v1"]
+    assert len(cartpole["arms"]) == 5 and len(cartpole["seeds"]) >= 10
+    runs, names = per_vs_uniform.env_runs(
+        protocol, "CartPole-v1", per_vs_uniform.RunConfig(envs=("CartPole-v1",), runs="unused")
+    )
+    assert len(runs) == 5 * len(cartpole["seeds"])
+    step = {name: run.lr / run.lr_divisor for name, run in zip(names, runs, strict=True)}
+    for name, arm in cartpole["arms"].items():
+        if arm["baseline"] is not None:  # the baseline runs at the arm's own step size
+            assert step[name] == step[arm["baseline"]]
+            assert runs[names.index(arm["baseline"])].replay == "uniform"
+    assert {step[n] for n in cartpole["arms"]} == {0.0023, 0.0023 / 4}
+    minatar = [env for env in protocol["envs"] if env.startswith("MinAtar/")]
+    assert len(minatar) >= 2
+    for env in minatar:
+        spec = protocol["envs"][env]
+        assert spec["protocol"] == "dopamine_minatar" and len(spec["arms"]) == 3 and len(spec["seeds"]) >= 4
+        runs, _ = per_vs_uniform.env_runs(protocol, env, per_vs_uniform.RunConfig(envs=(env,), runs="unused"))
+        assert {r.eval_epsilon for r in runs} == {0.001} and {r.total_steps for r in runs} == {
+            spec["total_steps"]
+        }
+    assert protocol["sb3"]["baseline"] in protocol["sb3"]["arms"]
+
+
+def _curves(scores: dict[str, list[list[float]]]) -> dict[str, Any]:
+    """Sweep curves (``report.collect``'s form) from per-arm per-seed evaluation scores."""
+    curves = {}
+    for arm, per_seed in scores.items():
+        evaluations = len(per_seed[0])
+        curves[arm] = {
+            "steps": [1000 * (e + 1) for e in range(evaluations)],
+            "returns": [[seed[e] for seed in per_seed] for e in range(evaluations)],
+            "seeds": list(range(len(per_seed))),
+            "weight_mean": [[0.5 if arm != "uniform" else 1.0 for _ in per_seed]],
+        }
+    return curves
+
+
+def test_report_gathers_registered_metrics_and_verdicts(tmp_path: Path) -> None:
+    """The results JSON has the registered shape: per seed auc / final / weight_mean_last, per arm
+    the AUC IQM interval, per arm its comparison with its baseline, one verdict per environment."""
+    rng = np.random.default_rng(2)
+    scores = {
+        "uniform": [list(rng.normal(100, 3, 4)) for _ in range(10)],
+        "uniform lr_divisor=4": [list(rng.normal(100, 3, 4)) for _ in range(10)],
+        "proportional lr_divisor=1": [list(rng.normal(300, 3, 4)) for _ in range(10)],
+        "proportional": [list(rng.normal(100, 3, 4)) for _ in range(10)],
+        "rank": [list(rng.normal(20, 3, 4)) for _ in range(10)],
+    }
+    (tmp_path / "CartPole-v1.json").write_text(json.dumps(_curves(scores)))
+    sb3 = {
+        "arms": {
+            "uniform": {"seeds": [0, 1], "auc": [1.0, 2.0], "final": [1.0, 3.0], "weight_mean_last": [1, 1]}
+        }
+    }
+    (tmp_path / "sb3.json").write_text(json.dumps(sb3))
+    out = tmp_path / "out" / "per_vs_uniform"
+    results = per_vs_uniform.main(
+        ["report", "--runs", str(tmp_path), "--sb3", str(tmp_path / "sb3.json"), "--out", str(out)]
+    )
+    written = json.loads(out.with_suffix(".json").read_text())
+    assert written["protocol"] == per_vs_uniform.load_protocol()
+    arm = written["envs"]["CartPole-v1"]["proportional"]
+    assert len(arm["auc"]) == len(arm["final"]) == len(arm["weight_mean_last"]) == 10
+    assert arm["auc"][0] == pytest.approx(float(np.mean(scores["proportional"][0])))
+    assert arm["weight_mean_last"] == [0.5] * 10
+    assert set(written["aggregates"]["CartPole-v1"]["rank"]) == {"auc_iqm", "final_iqm"}
+    comparisons = written["comparisons"]["CartPole-v1"]
+    assert set(comparisons) == {"proportional lr_divisor=1", "proportional", "rank"}
+    assert comparisons["proportional lr_divisor=1"]["verdict"] == "better"
+    assert comparisons["rank"]["verdict"] == "worse"  # against uniform at η/4, its registered baseline
+    assert "rank vs uniform lr_divisor=4: worse" in written["verdict"]["CartPole-v1"]
+    assert written["envs"][per_vs_uniform.SB3_ENV]["uniform"]["auc"] == [1.0, 2.0]
+    assert results["verdict"] == written["verdict"]
+    assert out.with_suffix(".png").exists() and "Verdict:" in out.with_suffix(".md").read_text()
+
+
+def test_no_arguments_print_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        per_vs_uniform.main([])
+    assert exit_info.value.code == 0 and "usage:" in capsys.readouterr().out
+
+
+def test_sweep_table_shows_each_arms_own_values() -> None:
+    """Bug: the hyper-parameter table showed the first arm's values for every arm (lr_divisor 1.0,
+    replay uniform), though the prioritized arms ran at η/4."""
+    results = []
+    for arm, seed in (("uniform", 0), ("proportional", 0), ("proportional", 1)):
+        cfg = load_config("CartPole-v1", arm, seed=seed, total_steps=2000)
+        results.append(
+            {
+                "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
+                "label": arm,
+                "eval_steps": [1000, 2000],
+                "eval_scores": [10.0, 20.0 + seed],
+                "best_score": 20.0,
+                "steps": 2000,
+                "steps_per_s": 100.0,
+                "wall_s": 20.0,
+                "stopped": "done",
+            }
+        )
+    curves = report.collect(results)
+    text = report.markdown(load_config("CartPole-v1", "uniform"), 1, "cmd", results, curves, 1.0, "stem")
+    differing = text.split("Each arm's own values")[1].split("Every arm's values")[0]
+    assert "| lr_divisor | `1.0` | `4.0` |" in differing
+    assert "| replay | `uniform` | `proportional` |" in differing
+    shared = text.split("Every arm's values")[1]
+    assert "| lr_divisor |" not in shared and "| gamma | `0.99` |" in shared
+    assert "AUC, IQM" in text and "15.0 [15.0, 15.0]" in text  # uniform's AUC: mean of 10 and 20
