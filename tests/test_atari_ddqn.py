@@ -198,7 +198,9 @@ def test_dqn_rank_arm_follows_table_3() -> None:
     eps = [schedules.at(t)[0] for t in (0, 50_000, 550_000, 1_050_000, 1_049_999 + 10**6)]
     assert eps == pytest.approx([1.0, 1.0, 0.505, 0.01, 0.01])
     rank = Schedules.of(
-        load_config("ALE/Pong-v5", "rank", total_steps=1_050_000, schedule_horizon=None, learning_starts=50_000)
+        load_config(
+            "ALE/Pong-v5", "rank", total_steps=1_050_000, schedule_horizon=None, learning_starts=50_000
+        )
     )
     assert [rank.at(t)[1:] for t in (50_000, 550_000, 1_050_000)] == [(0.7, 0.5), (0.7, 0.75), (0.7, 1.0)]
     assert load_config("ALE/Pong-v5", "dqn_uniform").algorithm == "dqn"

@@ -17,7 +17,7 @@ import torch
 from recipes.atari_ddqn import SQRT_LOSS_FLOOR, Schedules, load_config, td_loss
 from recipes.dqn_envs import EnvSpec
 from recipes.dqn_model import QNetwork, make_optimizer, optimizer_settings
-from tests.test_atari_ddqn import Table
+from tests.test_replay_ablation import hand_made_batch
 
 torch.set_num_threads(1)
 
@@ -97,17 +97,7 @@ def test_paper_profile_rules() -> None:
 def test_dopamine_priorities_are_the_root_of_the_item_loss() -> None:
     """p = sqrt(ℓ(δ) + 1e-10) with ℓ the square loss δ²/2 (Dopamine's MinAtar DQN, loss 'mse') or
     the Huber loss (clip_td); not |δ| (a bug that would make the profile the paper's α = 1)."""
-    online = Table([[0.5, 1.5], [3.0, 1.0], [0.0, 4.0]])
-    target = Table([[9.0, 9.0], [2.0, 10.0], [-1.0, 7.0]])
-    f64 = torch.float64
-    batch = (
-        torch.tensor([0, 0, 2]),
-        torch.tensor([1, 0, 0]),
-        torch.tensor([1.0, -1.0, 0.5], dtype=f64),
-        torch.tensor([0.9, 0.0, 0.9], dtype=f64),
-        torch.tensor([1, 1, 2]),
-        torch.ones(3, dtype=f64),
-    )
+    online, target, batch = hand_made_batch()
     square = load_config("MinAtar/Breakout-v1", "proportional_dopamine", protocol="dopamine_minatar")
     assert not square.clip_td
     _, p = td_loss(online, target, square)(batch)

@@ -64,6 +64,22 @@ def test_arms_follow_their_papers() -> None:
         load_config("CartPole-v1", "lap", replay="rank")
 
 
+def hand_made_batch() -> tuple[Table, Table, tuple[torch.Tensor, ...]]:
+    """Online and target tables and a batch of 3 transitions whose Double DQN δ are 1.3, −1.5, 6.8."""
+    online = Table([[0.5, 1.5], [3.0, 1.0], [0.0, 4.0]])
+    target = Table([[9.0, 9.0], [2.0, 10.0], [-1.0, 7.0]])
+    f64 = torch.float64
+    batch = (
+        torch.tensor([0, 0, 2]),
+        torch.tensor([1, 0, 0]),
+        torch.tensor([1.0, -1.0, 0.5], dtype=f64),
+        torch.tensor([0.9, 0.0, 0.9], dtype=f64),
+        torch.tensor([1, 1, 2]),
+        torch.ones(3, dtype=f64),
+    )
+    return online, target, batch
+
+
 def test_lap_loss_is_clip_td_huber_and_priorities_are_unclipped() -> None:
     """LAP's loss at κ = 1 is the recipe's clip_td Huber loss (value and gradient), and its priorities
     are max(|δ|, κ) of the *unclipped* δ.  Bug guarded: priorities taken from the clipped |δ| are
@@ -76,17 +92,7 @@ def test_lap_loss_is_clip_td_huber_and_priorities_are_unclipped() -> None:
         float(lap_loss(delta, kappa=0.5))
     )
     # the priorities the learner returns for a hand-made batch
-    online = Table([[0.5, 1.5], [3.0, 1.0], [0.0, 4.0]])
-    target = Table([[9.0, 9.0], [2.0, 10.0], [-1.0, 7.0]])
-    f64 = torch.float64
-    batch = (
-        torch.tensor([0, 0, 2]),
-        torch.tensor([1, 0, 0]),
-        torch.tensor([1.0, -1.0, 0.5], dtype=f64),
-        torch.tensor([0.9, 0.0, 0.9], dtype=f64),
-        torch.tensor([1, 1, 2]),
-        torch.ones(3, dtype=f64),
-    )
+    online, target, batch = hand_made_batch()
     delta = double_dqn_td_error(online, target, *batch[:5]).detach()  # 1.3, -1.5, 6.8
     cfg = load_config("CartPole-v1", "lap", lap_kappa=1.0)
     _, priorities = td_loss(online, target, cfg)(batch)
@@ -94,7 +100,9 @@ def test_lap_loss_is_clip_td_huber_and_priorities_are_unclipped() -> None:
     assert float(priorities.max()) == pytest.approx(6.8)
     _, unclipped = td_loss(online, target, load_config("CartPole-v1", "proportional"))(batch)
     torch.testing.assert_close(unclipped, delta.abs())  # the paper's arms write |δ| (DQN Zoo)
-    _, clipped = td_loss(online, target, load_config("CartPole-v1", "proportional", clip_priority=True))(batch)
+    _, clipped = td_loss(online, target, load_config("CartPole-v1", "proportional", clip_priority=True))(
+        batch
+    )
     assert float(clipped.max()) == 1.0  # clip_priority: |clip(δ)|, as before issue 21
 
 

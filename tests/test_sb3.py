@@ -161,21 +161,28 @@ def test_reset_empties_the_sampler() -> None:
         buf.sample(4)
 
 
-@pytest.mark.parametrize("backend", ["proportional", "rank"])
-def test_prioritized_dqn_learns_end_to_end(backend: str) -> None:
-    """(d) ``learn`` runs on CartPole: priorities move away from the initial max, β is annealed
-    to ``beta_final`` over the run, and the PER statistics reach SB3's logger."""
-    model = PrioritizedDQN(
+def small_cartpole_dqn(buffer_kwargs: dict[str, Any], **kwargs: Any) -> PrioritizedDQN:
+    """A PrioritizedDQN on CartPole small enough to learn a few hundred steps in a test."""
+    return PrioritizedDQN(
         "MlpPolicy",
         "CartPole-v1",
         learning_starts=50,
         buffer_size=1000,
         batch_size=32,
-        target_update_interval=50,
         policy_kwargs={"net_arch": [32]},
         seed=0,
         device="cpu",
-        replay_buffer_kwargs={"alpha": 0.6, "beta": 0.4, "backend": backend, "seed": 0},
+        replay_buffer_kwargs=buffer_kwargs,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("backend", ["proportional", "rank"])
+def test_prioritized_dqn_learns_end_to_end(backend: str) -> None:
+    """(d) ``learn`` runs on CartPole: priorities move away from the initial max, β is annealed
+    to ``beta_final`` over the run, and the PER statistics reach SB3's logger."""
+    model = small_cartpole_dqn(
+        {"alpha": 0.6, "beta": 0.4, "backend": backend, "seed": 0}, target_update_interval=50
     )
     buf = model.replay_buffer
     assert isinstance(buf, PrioritizedReplayBuffer)
@@ -463,17 +470,7 @@ class _Capture(KVWriter):
 
 
 def test_learn_logs_per_weight_mean_and_feeds_every_batch_to_the_monitor() -> None:
-    model = PrioritizedDQN(
-        "MlpPolicy",
-        "CartPole-v1",
-        learning_starts=50,
-        buffer_size=1000,
-        batch_size=32,
-        policy_kwargs={"net_arch": [32]},
-        device="cpu",
-        seed=0,
-        replay_buffer_kwargs={"alpha": 0.6, "beta": 0.4, "seed": 0},
-    )
+    model = small_cartpole_dqn({"alpha": 0.6, "beta": 0.4, "seed": 0})
     capture = _Capture()
     model.set_logger(Logger(folder=None, output_formats=[capture]))
     model.learn(400, log_interval=1)
