@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 from recipes import cli, outputs
 from recipes import dqn_sweep_report as report
-from recipes.atari_ddqn import ARMS, PAPER_ARMS, DDQNConfig, config_files, train
+from recipes.atari_ddqn import ARMS, PAPER_ARMS, DDQNConfig, config_files, run_dir, train
 
 
 @dataclass(frozen=True)
@@ -167,19 +167,37 @@ def sweep(config: SweepConfig) -> dict[str, Any]:
     return curves
 
 
+def finished_result(run: DDQNConfig) -> dict[str, Any] | None:
+    """The ``result.json`` a finished run left in its directory, if it ran with exactly this config
+    to the end (``stopped == "done"``); None otherwise."""
+    path = run_dir(run) / "result.json"
+    if not path.exists():
+        return None
+    result: dict[str, Any] = json.loads(path.read_text())
+    same = result.get("config") == json.loads(json.dumps(asdict(run)))
+    return result if same and result.get("stopped") == "done" else None
+
+
 def run_all(
-    runs: list[DDQNConfig], names: list[str], jobs: int, out_json: Path, desc: str
+    runs: list[DDQNConfig], names: list[str], jobs: int, out_json: Path, desc: str, reuse: bool = False
 ) -> list[dict[str, Any]]:
     """Train every run (``jobs`` at a time, one process and one torch thread each) and return the
     ``result.json`` records of those that finished, each with its curve's name as ``label``.
 
     ``out_json`` is rewritten with the curves (:func:`recipes.dqn_sweep_report.collect`) after every
     finished run, and a run that fails is reported and left out, so a sweep cut short still leaves
-    the curves of the runs that finished."""
+    the curves of the runs that finished.  ``reuse``: a run whose directory holds the result of the
+    same config run to the end (:func:`finished_result`) is taken as it is, not run again, so a
+    sweep that was stopped continues where it stood."""
     os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the workers before torch starts there
     out_json.parent.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any] | None] = [None] * len(runs)
-    bar = tqdm(total=len(runs), desc=desc, unit="run")
+    for i, run in enumerate(runs):
+        earlier = finished_result(run) if reuse else None
+        if earlier is not None:
+            results[i] = {**earlier, "label": names[i]}
+    todo = [i for i, r in enumerate(results) if r is None]
+    bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc=desc, unit="run")
 
     def finish(i: int, outcome: dict[str, Any] | BaseException) -> None:
         run = runs[i]
@@ -194,7 +212,8 @@ def run_all(
         bar.update()
 
     if jobs == 1:
-        for i, run in enumerate(runs):
+        for i in todo:
+            run = runs[i]
             try:
                 outcome: dict[str, Any] | BaseException = _run(run, names[i])
             except Exception as failure:
@@ -202,8 +221,8 @@ def run_all(
             finish(i, outcome)
     else:
         context = multiprocessing.get_context("spawn")  # CUDA and torch threads need fresh processes
-        with ProcessPoolExecutor(min(jobs, len(runs)), mp_context=context) as pool:
-            futures = {pool.submit(_run, run, names[i]): i for i, run in enumerate(runs)}
+        with ProcessPoolExecutor(max(1, min(jobs, len(todo))), mp_context=context) as pool:
+            futures = {pool.submit(_run, runs[i], names[i]): i for i in todo}
             for future in as_completed(futures):
                 error = future.exception()
                 finish(futures[future], error if error is not None else future.result())

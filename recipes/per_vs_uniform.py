@@ -82,13 +82,13 @@ class RunConfig:
 
 
 def env_runs(protocol: dict[str, Any], env: str, config: RunConfig) -> tuple[list[DDQNConfig], list[str]]:
-    """Every registered (arm, seed) run of ``env``: the arm file on the family's and protocol's
-    files, the environment's ``set``, then the arm's ``set``; and each run's curve name."""
+    """Every registered (arm, seed) run of ``env``, seed by seed: the arm file on the family's and
+    protocol's files, the environment's ``set``, then the arm's ``set``; and each run's curve name."""
     spec = protocol["envs"][env]
     seeds = spec["seeds"][: config.seeds] if config.seeds is not None else spec["seeds"]
     runs, names = [], []
-    for name, arm in spec["arms"].items():
-        for seed in seeds:
+    for seed in seeds:  # seed by seed: a run cut short leaves every arm with the same seeds
+        for name, arm in spec["arms"].items():
             values = {**spec["set"], **arm["set"], **(config.set or {})}
             runs.append(
                 load_config(
@@ -117,7 +117,7 @@ def run(config: RunConfig, argv: list[str]) -> dict[str, Any]:
     for env, (runs, names) in planned.items():
         stem = env.replace("/", "_")
         started = time.perf_counter()
-        finished = run_all(runs, names, config.jobs, out_dir / f"{stem}.json", desc=env)
+        finished = run_all(runs, names, config.jobs, out_dir / f"{stem}.json", desc=env, reuse=True)
         wall = time.perf_counter() - started
         curves = report.collect(finished)
         command = outputs.argv_command("python -m recipes.per_vs_uniform run", argv)

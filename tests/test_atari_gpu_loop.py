@@ -96,8 +96,9 @@ def test_deferred_priorities_all_written_and_learns(tmp_path: Path, monkeypatch:
     assert result.steps == 300 and result.updates > 0
     assert calls.count("S") == calls.count("U") == result.updates == len(priorities)
     assert calls[-1] == "U"  # the update still in flight at the end is written by the final flush
-    written = np.concatenate(priorities)  # clipped |δ|: in [0, 1], and most below the entry max 1
-    assert written.min() >= 0.0 and written.max() <= 1.0 and (written < 1.0).mean() > 0.5
+    written = np.concatenate(priorities)  # |δ| (unclipped, DQN Zoo): >= 0, most below the entry max
+    entry_max = max(1.0, float(np.max(written)))
+    assert written.min() >= 0.0 and (written < entry_max).mean() > 0.5 and len(np.unique(written)) > 1
 
 
 def test_atari100k_protocol_sits_between_family_and_arm() -> None:
