@@ -14,6 +14,11 @@ import numpy as np
 import pytest
 import torch
 
+pytest.importorskip("gymnasium")
+pytest.importorskip("yaml")
+pytest.importorskip("tqdm")
+pytest.importorskip("cloudpickle")
+
 from recipes.atari_ddqn import SQRT_LOSS_FLOOR, Schedules, load_config, td_loss
 from recipes.dqn_envs import EnvSpec
 from recipes.dqn_model import QNetwork, make_optimizer, optimizer_settings

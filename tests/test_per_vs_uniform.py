@@ -11,6 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+pytest.importorskip("gymnasium")
+pytest.importorskip("yaml")
+pytest.importorskip("tqdm")
+pytest.importorskip("cloudpickle")
+pytest.importorskip("matplotlib")
+
 from recipes import dqn_sweep_report as report
 from recipes import per_vs_uniform, rl_metrics
 from recipes.dqn_config import load_config
