@@ -171,7 +171,7 @@ def markdown(
     lines = [
         f"# Double DQN replay arms on {config.env}",
         "",
-        "Written by `python -m recipes.dqn_sweep sweep` (`recipes/atari_ddqn.py`); setup, sources of every "
+        "Written by the command below (`recipes/atari_ddqn.py` runs); setup, sources of every "
         "hyper-parameter and discussion in `docs/recipes/atari_ddqn.md`.",
         "",
         f"- command: `{command}`",

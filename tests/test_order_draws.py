@@ -7,7 +7,8 @@ Changing the layout (gapped positions re-laid in ``O(N)`` whenever a split found
 position near it, then a B+-tree whose blocks and nodes split, merge and even out locally) must
 therefore leave every draw unchanged.  ``tests/expected/order_draws.npz`` holds the indices,
 probabilities and weights that :func:`workload` drew at commit ``ee0da2f`` (main before the
-change); the test replays the workload on the current code and compares bytes.
+change); the test replays the workload on the current code and compares bytes (the probabilities to a few
+ulps: their last bit is the CPU's, and differs between the recording's Intel Xeon and an AMD EPYC).
 
 The workload exercises what the layout change touches: a memory built full at the maximum
 priority (every later priority lands above or below all of those ties, in the first and last
@@ -67,7 +68,10 @@ def test_rank_draws_match_the_recorded_sequence() -> None:
         for name, array in got.items():
             want = expected[f"{name}_{capacity}"]
             assert array.dtype == want.dtype and array.shape == want.shape, (name, capacity)
-            assert array.tobytes() == want.tobytes(), f"{name} at capacity {capacity} differ"
+            if name == "probabilities":  # the last bit of p**α and of a sum is the CPU's (Intel vs AMD)
+                np.testing.assert_allclose(array, want, rtol=1e-13, atol=0, err_msg=f"{name} at {capacity}")
+            else:  # the slots drawn and their weights: bit for bit
+                assert array.tobytes() == want.tobytes(), f"{name} at capacity {capacity} differ"
 
 
 def main(argv: list[str] | None = None) -> None:
