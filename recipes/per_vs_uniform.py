@@ -311,6 +311,14 @@ def _ci(values: list[float], signed: bool = False) -> str:
     return f"{f.format(point)} [{f.format(low)}, {f.format(high)}]"
 
 
+def tick_label(arm: str) -> str:
+    """``uniform lr_divisor=4`` as ``uniform\nη/4``, ``proportional lr_divisor=1`` as ``proportional\nη``."""
+    name, _, divisor = arm.partition(" lr_divisor=")
+    if not divisor:
+        return arm
+    return f"{name}\nη" if float(divisor) == 1.0 else f"{name}\nη/{float(divisor):g}"
+
+
 def plot(results: dict[str, Any], path: Path) -> Path:
     """One panel per environment: each seed's AUC (dots) and the arm's IQM with its interval (bar)."""
     envs = list(results["envs"])
@@ -326,7 +334,7 @@ def plot(results: dict[str, Any], path: Path) -> Path:
                     x, point, yerr=[[point - low], [high - point]], fmt="o", color="C0", capsize=4, zorder=3
                 )
             ax.set_xticks(range(len(arms)))
-            ax.set_xticklabels([a.replace(" lr_divisor=", "\nη/") for a in arms], fontsize=7)
+            ax.set_xticklabels([tick_label(a) for a in arms], fontsize=7)
             ax.set_title(env, fontsize=9)
             ax.set_ylabel("AUC: mean evaluation score over the run")
             ax.grid(True, axis="y", alpha=0.3)
