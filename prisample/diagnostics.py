@@ -545,7 +545,6 @@ class WeightMonitor:
         self.warned = False
         """Whether this monitor has warned."""
         self._means: deque[float] = deque(maxlen=self.window)
-        self._sum = 0.0  # of _means, kept as they come and go
 
     def __repr__(self) -> str:
         return (
@@ -574,15 +573,10 @@ class WeightMonitor:
             return mean
         if not math.isfinite(mean):
             raise ValueError(f"weights should be finite, but got a batch whose mean is {mean!r}")
-        means = self._means
-        if len(means) == self.window:
-            self._sum -= means[0]
-        means.append(mean)
-        self._sum += mean
+        self._means.append(mean)
         self.last_mean = mean
         self.batches += 1
-        # The running sum is cheap; the exact mean decides whether to warn.
-        if not self.warned and self.batches >= self.min_batches and self._sum < self.threshold * len(means):
+        if not self.warned and self.batches >= self.min_batches:
             windowed = self.weight_mean
             if windowed < self.threshold:
                 self.warned = True
