@@ -32,8 +32,8 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Sampler
 
-from prisample._validation import as_indices, to_numpy
-from prisample.sampler import Draw, PrioritizedSampler
+from prisample._validation import to_numpy
+from prisample.sampler import Draw, PrioritizedSampler, as_batch_indices
 from prisample.weights import LinearSchedule
 
 STATE_VERSION = 1
@@ -151,7 +151,7 @@ class DrawLedger(Sampler[int]):
 
     def take_with_beta(self, indices: npt.ArrayLike) -> tuple[Draw, float]:
         """:meth:`take`, plus the ``β`` the batch's weights were computed with."""
-        idx = as_indices(indices)
+        idx = as_batch_indices(indices)
         with self.sampler.lock:
             if not self._pending:
                 raise ValueError(

@@ -41,12 +41,18 @@ from lightning.pytorch.callbacks import Callback
 from prisample.diagnostics import Diagnostics, WeightMonitor
 from prisample.distributed import DistributedPrioritizedSampler
 from prisample.ledger import DrawLedger
-from prisample.sampler import PrioritizedSampler
+from prisample.sampler import INDEXED_HINT, PrioritizedSampler
 from prisample.weights import LinearSchedule, check_beta
 
 _Driver = DrawLedger | DistributedPrioritizedSampler
 _SAMPLERS = (DistributedPrioritizedSampler, DrawLedger, PrioritizedSampler)
-_INDEXED = "wrap the dataset in prisample.IndexedDataset, whose items start with their index"
+_INDEXED = INDEXED_HINT
+_ONE_SAMPLER = (
+    "build the sampler (and any DrawLedger over it) once, in the DataModule's (or LightningModule's) "
+    "setup(), keep it as an attribute and give that same object to the DataLoader in "
+    "train_dataloader() (one built inside train_dataloader() is a new one, unknown to the callback), "
+    "or pass it as PrioritizedSamplingCallback(sampler=...)"
+)
 
 
 def _batch_indices(batch: Any) -> torch.Tensor:
@@ -249,10 +255,14 @@ class PrioritizedSamplingCallback(Callback):
         driver = self._driver
         assert driver is not None
         if found is not None and not _drives(driver, found):
-            raise ValueError("the callback's sampler is not the one behind the train DataLoader")
+            raise ValueError(
+                "the train DataLoader should iterate the callback's sampler, but got another "
+                f"{type(found).__name__} (a different object): {_ONE_SAMPLER}"
+            )
         if found is None:
             raise ValueError(
-                "the train DataLoader should iterate the callback's sampler, but it has another sampler"
+                "the train DataLoader should iterate the callback's sampler, but it has another sampler: "
+                + _ONE_SAMPLER
             )
         if isinstance(found, PrioritizedSampler):
             self._install(driver, found, loader)

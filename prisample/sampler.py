@@ -9,6 +9,7 @@ correction factors (Sec. 6) :class:`~prisample.CorrectedSampler`'s (``prisample/
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from prisample._validation import (
     check_size,
     check_slots,
     generator_from_seed,
+    to_numpy,
 )
 from prisample.backends import (
     BACKENDS,
@@ -42,6 +44,38 @@ from prisample.backends import (
     make_backend,
 )
 from prisample.weights import LinearSchedule, WeightNorm, as_beta, as_weight_norm, beta_at, weights_unchecked
+
+INDEXED_HINT = (
+    "wrap the dataset in prisample.IndexedDataset so each batch carries its indices, and pass "
+    "batch[0] (a batch is then (indices, *fields))"
+)
+"""The fix named when what should be a batch's slot indices is something else (its data)."""
+
+RECENT_DRAWS = 256  # batches __iter__ remembers, far above any DataLoader's prefetch (lag detection)
+LAG_WARNING = (
+    "update_priorities got the indices of a batch drawn {lag} batch(es) before this sampler's latest "
+    "draw: the DataLoader draws ahead of the train step (num_workers > 0 prefetches prefetch_factor × "
+    "num_workers batches; Lightning fetches one ahead), so updates reach the draws late and "
+    "sampler.weights(indices) uses the distribution at train time, not the batch's.  Give the DataLoader "
+    "sampler=prisample.ledger.DrawLedger(sampler) and take each batch's draw-time weights with "
+    "ledger.take(indices) (with Lightning: prisample.lightning.PrioritizedSamplingCallback), or use "
+    "num_workers=0"
+)
+
+
+def as_batch_indices(indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """``as_indices(indices)``, naming :class:`~prisample.IndexedDataset` when ``indices`` looks like
+    a batch's data (several dimensions, or not integers): a dataset that was not wrapped."""
+    try:
+        return as_indices(indices)
+    except (TypeError, ValueError) as error:
+        try:
+            array = to_numpy(indices, "indices")
+        except (TypeError, ValueError):
+            raise error from None
+        if array.ndim > 1 or (array.size and array.dtype.kind not in "iu"):
+            raise type(error)(f"{error}: {INDEXED_HINT}") from None
+        raise
 
 
 @dataclass(frozen=True)
@@ -84,6 +118,10 @@ class PrioritizedSampler(Sampler[int]):
 
     Iterated by a ``DataLoader`` it yields ``num_samples`` indices per epoch, drawing
     ``batch_size`` at a time, so priorities updated between batches take effect at the next one.
+    When :meth:`update_priorities` gets a batch this iteration drew before its latest draw (a
+    ``DataLoader`` with ``num_workers > 0`` drawing ahead; detected when the loader's
+    ``batch_size`` equals the sampler's), it warns once (``UserWarning``): the fix is a
+    :class:`~prisample.ledger.DrawLedger` (or the Lightning callback), or ``num_workers=0``.
 
     Every public call is atomic under threads: it holds :attr:`lock`, which you can hold to make
     several calls one atomic step.
@@ -130,6 +168,10 @@ class PrioritizedSampler(Sampler[int]):
         self._rng = generator_from_seed(seed)
         self._step = 0
         self.epoch = 0
+        # Lag detection: the batches __iter__ drew lately (bytes of the indices -> draw number).
+        self._iter_draws: dict[bytes, int] = {}
+        self._iter_count = 0
+        self._lag_warned = False
         self._raw = np.full(self.capacity, np.nan)  # raw priorities; NaN marks an empty slot
         self._backend: Backend = make_backend(backend, self._raw, self._alpha, self._eps)
         if initial:
@@ -238,7 +280,7 @@ class PrioritizedSampler(Sampler[int]):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"_iter_draws": {}, "_iter_count": 0, "_lag_warned": False} | state)
         self._lock = threading.RLock()
 
     # -- writes ---------------------------------------------------------------------------------
@@ -254,14 +296,27 @@ class PrioritizedSampler(Sampler[int]):
         """Set raw priorities (``|δ|`` or a per-sample loss) of filled slots; last duplicate wins.
 
         Accepts numpy arrays, torch tensors (any device) and lists.  Nothing changes unless every
-        index is a filled slot and every priority is finite and non-negative.
+        index is a filled slot and every priority is finite and non-negative.  Warns once when
+        ``indices`` is a batch that the sampler's iteration (a ``DataLoader``) drew before its
+        latest draw (see the class).
         """
-        idx = as_indices(indices)
+        idx = as_batch_indices(indices)
         values = as_priorities(priorities, idx.shape[0])
         with self._lock:
             check_slots(self._raw, idx, values)
             self._backend.write(idx, values)
             self._written(idx)
+            if self._iter_draws:
+                self._check_lag(idx)
+
+    def _check_lag(self, idx: npt.NDArray[np.int64]) -> None:
+        """Warn once if ``idx`` is a batch ``__iter__`` drew before its latest draw."""
+        drawn = self._iter_draws.get(idx.tobytes())
+        if drawn is None or drawn == self._iter_count:
+            return
+        self._lag_warned = True
+        self._iter_draws.clear()  # warned once: stop recording
+        warnings.warn(LAG_WARNING.format(lag=self._iter_count - drawn), UserWarning, stacklevel=3)
 
     def remove(self, indices: npt.ArrayLike) -> None:
         """Empty slots: they are never drawn until added again."""
@@ -321,8 +376,22 @@ class PrioritizedSampler(Sampler[int]):
         remaining = len(self)
         while remaining > 0:
             k = min(self.batch_size, remaining)
-            yield from self.sample(k).indices.tolist()
+            with self._lock:
+                indices = self.sample(k).indices
+                self._record_draw(indices)
+            yield from indices.tolist()
             remaining -= k
+
+    def _record_draw(self, indices: npt.NDArray[np.int64]) -> None:
+        """Remember a batch ``__iter__`` drew, for the lag check of :meth:`update_priorities`."""
+        if self._lag_warned:
+            return
+        self._iter_count += 1
+        key = indices.tobytes()
+        self._iter_draws.pop(key, None)  # a batch drawn again counts at its latest draw
+        self._iter_draws[key] = self._iter_count
+        if len(self._iter_draws) > RECENT_DRAWS:
+            del self._iter_draws[next(iter(self._iter_draws))]
 
     def __len__(self) -> int:
         with self._lock:
@@ -374,3 +443,4 @@ class PrioritizedSampler(Sampler[int]):
             self.weight_norm, self.batch_size = new.weight_norm, new.batch_size
             self.num_samples, self.epoch = new.num_samples, new.epoch
             self._raw, self._backend, self._rng = new.raw, new.backend, new.rng
+            self._iter_draws.clear()  # draws of the replaced history

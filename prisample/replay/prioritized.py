@@ -55,7 +55,9 @@ class PrioritizedReplay:
     and still holds that generation: the one passed in ``generations=`` (exact), or else the one
     recorded at the slot's most recent draw.  Without ``generations=``, a stale update that
     arrives after its slot was rewritten *and drawn again* cannot be told from a fresh one; pass
-    ``generations=batch["generation"]`` when updates may lag behind later draws.
+    ``generations=batch["generation"]`` when updates may lag behind later draws.  Only stale
+    entries are dropped (counted in :attr:`dropped_updates`): an update for a slot that never held
+    a transition is a caller's error and raises ``ValueError``, as the sampler's does.
 
     ``eviction="fifo"`` (the default) evicts the oldest transition when the memory is full;
     ``eviction="priority"`` evicts the live transition of lowest raw priority, the oldest among
@@ -416,14 +418,28 @@ class PrioritizedReplay:
 
         Accepts numpy arrays, torch tensors on any device and lists; duplicates: the last entry
         wins.  A CUDA tensor is copied to the host here (one implicit synchronisation: it waits
-        for the work that computed it); ``generations=batch.generation`` on the device likewise.  The number
-        of dropped entries accumulates in :attr:`dropped_updates`.
+        for the work that computed it); ``generations=batch.generation`` on the device likewise.
+
+        An entry whose slot was filled but no longer holds the transition drawn (rewritten or
+        evicted since; stale) is dropped, and the number of dropped entries accumulates in
+        :attr:`dropped_updates`.  An index out of range or of a slot never filled raises
+        ``ValueError`` naming it, as :meth:`PrioritizedSampler.update_priorities` does, and then
+        nothing changes (no entry is written, :attr:`dropped_updates` included).
         """
         idx = as_indices(indices, "indices")  # converted (a CUDA tensor copied) before the lock
         values = as_priorities(priorities, idx.shape[0])
         expected = None if generations is None else as_indices(generations, "generations")
         with self.lock:
             current = self.memory.live_generations(idx, "indices")
+            if (current < 0).any():  # stale (dropped below) or never written (an error)
+                never = (current < 0) & (self.memory.generations(idx) < 0)
+                if never.any():
+                    j = int(np.argmax(never))
+                    raise ValueError(
+                        f"indices should be slots that were filled (added), but got indices[{j}]={idx[j]} "
+                        f"(never filled; all such: {np.unique(idx[never])[:8].tolist()}; "
+                        f"{len(self.memory)} of {self.memory.capacity} slots hold transitions)"
+                    )
             if self._evictor is not None:
                 current = np.where(current >= 0, self._evictor.numbers[idx], -1)
             check_finite_priorities(values)
