@@ -19,9 +19,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m recipes.demo
-	$(BIN)/python -m recipes.cliffwalk
-	sh recipes/ensure_mnist_data.sh $(BIN)/python
+	$(BIN)/python -m recipes.demo tour
+	$(BIN)/python -m recipes.cliffwalk run
+	sh recipes/imbalanced_mnist/ensure_data.sh $(BIN)/python
 	$(BIN)/python -m recipes.imbalanced_mnist compare
 
 lint: $(STAMP)
@@ -52,7 +52,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all
 
 offpolicy: $(STAMP)
-	$(BIN)/python -m recipes.offpolicy
+	$(BIN)/python -m recipes.offpolicy run
 
 # `make test` builds the site too, strictly (tests/test_docs_site.py): a broken link or anchor, or a
 # docstring cross-reference to nothing, fails it.

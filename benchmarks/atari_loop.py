@@ -1,6 +1,6 @@
 """The Double DQN recipe's full loop on Pong: agent steps/s and the time spent in the replay memory.
 
-For each arm, one run of ``recipes.atari_ddqn.train`` on ``ALE/Pong-v5`` (the Atari preset: Nature
+For each arm, one run of ``recipes.dqn.run.train`` on ``ALE/Pong-v5`` (the Atari preset: Nature
 CNN, 4 AtariVectorEnv environments, memory capacity 10^6, one update of 32 per 4 agent steps):
 ``L`` acting steps (ε = 1 while the memory fills), then ``U`` updates, after a short warm-up run
 that compiles the replay's kernels.  The loop records the seconds spent in each of its parts
@@ -45,7 +45,8 @@ def measure(
     overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Timings of the acting and learning phases of one arm's run (``overrides``: config fields)."""
-    from recipes.atari_ddqn import load_config, train
+    from recipes.dqn.config import load_config
+    from recipes.dqn.run import train
 
     common: dict[str, Any] = dict(
         env="ALE/Pong-v5",
@@ -171,7 +172,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from recipes.atari_ddqn import PAPER_ARMS as ARMS
+    from recipes.dqn.config import PAPER_ARMS as ARMS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--acting_steps", type=int, default=2_000, help="steps before the first update")
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if unknown or not arms:
         parser.error(f"--arms should be a comma-separated subset of {','.join(ARMS)}, but got {args.arms!r}")
     command = "python -m benchmarks.atari_loop " + " ".join(sys.argv[1:] if argv is None else argv)
-    from recipes import cli
+    from recipes.common import cli
 
     try:
         overrides = cli.field_overrides(args.set)

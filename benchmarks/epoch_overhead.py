@@ -1,6 +1,6 @@
 """The prioritized sampler's share of a training epoch of the imbalanced-MNIST recipe.
 
-One epoch of ``recipes/imbalanced_mnist.py`` (same data, LeNet-5-like model, SGD, minibatch 60,
+One epoch of ``recipes/imbalanced_mnist/experiment.py`` (same data, LeNet-5-like model, SGD, minibatch 60,
 Lightning ``Trainer``, no evaluation, no logger) with torch's ``RandomSampler`` and with the
 prioritized arm (``PrioritizedSampler`` α = 1 behind ``DistributedPrioritizedSampler`` and the
 ``PrioritizedSamplingCallback``), alternated ``repeats`` times.  Two measures of the overhead:
@@ -34,7 +34,7 @@ from lightning.pytorch.callbacks import Callback
 from prisample.distributed import DistributedPrioritizedSampler
 from prisample.lightning import PrioritizedSamplingCallback
 from prisample.sampler import Draw
-from recipes.imbalanced_mnist import ImbalancedClassifier, ImbalancedMNISTDataModule
+from recipes.imbalanced_mnist.experiment import ImbalancedClassifier, ImbalancedMNISTDataModule
 
 TARGET = 0.05
 

@@ -26,7 +26,7 @@ if [ "$stage" = smoke ]; then
   timeout 120 python3 -m benchmarks.atari_loop --device cuda --arms proportional --acting_steps 2000 --updates 1500 \
     --set num_envs=16 --set env_threads=8 --set overlap_env=true --out "$OUT/loop_probe.json" 2>&1 | tail -3
   log together probe
-  timeout 150 python3 -m recipes.dqn_together --env ALE/Breakout-v5 --arms uniform,proportional,rank --seeds 3 \
+  timeout 150 python3 -m recipes.dqn together --env ALE/Breakout-v5 --arms uniform,proportional,rank --seeds 3 \
     --protocol atari100k --progress 0 --set device=cuda --set env_threads=4 --set total_steps=5600 \
     --set eval_envs=2 --set eval_steps=3000 --out "$OUT/together_probe.json" 2>&1 | tail -3
   log done
@@ -40,7 +40,7 @@ if [ "$stage" = final ]; then
   timeout 200 python3 -m benchmarks.atari_loop_gpu --updates 2000 --out "$OUT/atari_loop_gpu.json" \
     --loop_out "$OUT/atari_loop_cuda.json" --cleanrl_out "$OUT/cleanrl_dqn.json" 2>&1 | grep -v "^ " | tail -6
   log sweep
-  timeout 400 python3 -m recipes.atari_sweep --games ALE/Pong-v5,ALE/Breakout-v5,ALE/Boxing-v5 \
+  timeout 400 python3 -m recipes.dqn atari-sweep --games ALE/Pong-v5,ALE/Breakout-v5,ALE/Boxing-v5 \
     --arms uniform,proportional,rank --seeds 3 --protocol atari100k --device cuda --set env_threads=4 \
     --set time_budget_s=${SWEEP_TRAIN_S:-300} --out "$OUT/atari_sweep.json" 2>&1 | grep -v "^start" | tail -8
   log done

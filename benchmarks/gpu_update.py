@@ -1,8 +1,8 @@
 """The Double DQN update and the acting forward on a GPU: eager against a captured CUDA graph.
 
-For the Nature CNN of the Atari recipe (``recipes/atari_ddqn.py``): milliseconds per update of
-one agent on a minibatch of 32, and of A agents stacked into one network (``recipes/dqn_stacked.py``,
-each on its own 32), eager and as a CUDA graph (``recipes/dqn_update.py``); and the acting
+For the Nature CNN of the Atari recipe (``recipes/dqn/``): milliseconds per update of
+one agent on a minibatch of 32, and of A agents stacked into one network (``recipes/dqn/stacked.py``,
+each on its own 32), eager and as a CUDA graph (``recipes/dqn/update.py``); and the acting
 forward on ``envs`` observations.  Each time is the median over ``--repeats`` blocks of
 ``--block`` calls, the device synchronised before and after each block, after warm-up calls;
 the update's time includes the copy of the 32 new priorities to the host (as the loop does).
@@ -26,10 +26,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from recipes.atari_ddqn import Batch, DQNRMSprop, QNetwork, load_config, make_optimizer, td_loss
-from recipes.dqn_envs import EnvSpec
-from recipes.dqn_stacked import StackedQNetwork
-from recipes.dqn_update import GraphedForward, OptimizerStep
+from recipes.dqn.agent import td_loss
+from recipes.dqn.config import load_config
+from recipes.dqn.envs import EnvSpec
+from recipes.dqn.networks import DQNRMSprop, QNetwork, make_optimizer
+from recipes.dqn.stacked import StackedQNetwork
+from recipes.dqn.update import Batch, GraphedForward, OptimizerStep
 
 SPEC = EnvSpec((4, 84, 84), 4, np.uint8, 6)
 

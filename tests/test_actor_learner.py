@@ -1,4 +1,4 @@
-"""Smoke run of ``recipes/actor_learner.py`` with tiny arguments: actor threads and a prefetching
+"""Smoke run of ``recipes/apex/actor_learner.py`` with tiny arguments: actor threads and a prefetching
 learner on one replay, the JSON written, every thread ended."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("gymnasium")
 
-from recipes.actor_learner import ActorLearnerConfig, main
-from recipes.cli import ConfigError
+from recipes.apex.actor_learner import ActorLearnerConfig, main
+from recipes.common.cli import ConfigError
 
 
 @pytest.mark.parametrize("depth", [0, 2])

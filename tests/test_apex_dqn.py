@@ -1,4 +1,4 @@
-"""``recipes/apex_dqn.py`` and its studies (``recipes/apex_studies.py``): ε_i, the actors' n-step
+"""``recipes/apex/run.py`` and its studies (``recipes/apex/studies.py``): ε_i, the actors' n-step
 transitions, the config checks, the command lines, and CI-sized end-to-end runs on CartPole and
 MinAtar Breakout (one local Ray for the module)."""
 
@@ -15,11 +15,12 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("gymnasium")
 
-from recipes import apex_dqn, apex_studies
-from recipes.apex_config import ApexConfig
-from recipes.apex_dqn import actor_epsilon, train
-from recipes.apex_nstep import NStepBuilder
-from recipes.cli import ConfigError
+from recipes.apex import run as apex_dqn
+from recipes.apex import studies as apex_studies
+from recipes.apex.config import ApexConfig
+from recipes.apex.nstep import NStepBuilder
+from recipes.apex.run import actor_epsilon, train
+from recipes.common.cli import ConfigError
 
 
 def test_actor_epsilon_follows_apex_schedule() -> None:
@@ -94,7 +95,7 @@ def test_config_errors_name_the_option(changes: dict[str, Any], option: str) -> 
     [
         (apex_dqn.main, ["train", "--actors", "0"], "error: --actors should be > 0, but got 0"),
         (apex_dqn.main, ["sweep"], "error: the command should be one of train, but got sweep"),
-        (apex_dqn.main, ["scaling"], "error: scaling is a study: python -m recipes.apex_studies scaling"),
+        (apex_dqn.main, ["scaling"], "error: scaling is a study: python -m recipes.apex scaling"),
         (
             apex_studies.main,
             ["scaling", "--actors", "0,2"],
@@ -122,8 +123,8 @@ def test_command_line_errors_are_one_line(main: Any, argv: list[str], message: s
 @pytest.mark.parametrize(
     ("main", "usage"),
     [
-        (apex_dqn.main, "usage: python -m recipes.apex_dqn {train} [options]"),
-        (apex_studies.main, "usage: python -m recipes.apex_studies {scaling,compare} [options]"),
+        (apex_dqn.main, "usage: python -m recipes.apex {train} [options]"),
+        (apex_studies.main, "usage: python -m recipes.apex {scaling,compare} [options]"),
     ],
 )
 def test_help_names_the_commands(main: Any, usage: str, capsys: Any) -> None:

@@ -1,4 +1,4 @@
-"""Double DQN recipe (recipes/atari_ddqn.py): Algorithm 1's update, clipping, scores, resume, smoke runs."""
+"""Double DQN recipe (recipes/dqn/): Algorithm 1's update, clipping, scores, resume, smoke runs."""
 
 from __future__ import annotations
 
@@ -17,20 +17,12 @@ pytest.importorskip("yaml")
 pytest.importorskip("tqdm")
 pytest.importorskip("cloudpickle")
 
-from recipes.atari_ddqn import (
-    DDQNConfig,
-    DQNRMSprop,
-    QNetwork,
-    Schedules,
-    double_dqn_td_error,
-    dqn_td_error,
-    load_config,
-    make_optimizer,
-    train,
-    transition_targets,
-    weighted_td_loss,
-)
-from recipes.dqn_envs import EnvSpec, atari_rom, evaluate, load_atari_scores, make_env, normalized_score
+from recipes.dqn.agent import double_dqn_td_error, dqn_td_error, transition_targets, weighted_td_loss
+from recipes.dqn.config import DDQNConfig, load_config
+from recipes.dqn.envs import EnvSpec, atari_rom, evaluate, load_atari_scores, make_env, normalized_score
+from recipes.dqn.loop import Schedules
+from recipes.dqn.networks import DQNRMSprop, QNetwork, make_optimizer
+from recipes.dqn.run import train
 
 torch.set_num_threads(1)
 
@@ -374,7 +366,7 @@ def test_minatar_smoke(tmp_path: Path) -> None:
 
 
 def test_time_budget_stops_cleanly_and_sweep_writes_json_and_png(tmp_path: Path) -> None:
-    from recipes.dqn_sweep import PlotConfig, SweepConfig, replot, sweep
+    from recipes.dqn.sweep import PlotConfig, SweepConfig, replot, sweep
 
     out = tmp_path / "cartpole"
     config = SweepConfig(

@@ -1,7 +1,7 @@
 """The GPU options of the Double DQN loop, agents trained together, the Atari sweep (on a CPU).
 
 The order of the loop's replay calls under ``overlap_env`` and ``defer_priorities``; the
-Atari-100k protocol file; ``recipes.dqn_together`` and ``recipes.atari_sweep`` at tiny scale.
+Atari-100k protocol file; ``recipes.dqn.together`` and ``recipes.dqn.atari_sweep`` at tiny scale.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ pytest.importorskip("tqdm")
 pytest.importorskip("cloudpickle")
 
 from prisample.replay import PrioritizedReplay
-from recipes import atari_sweep
-from recipes.atari_ddqn import load_config, train
-from recipes.dqn_together import agent_configs, check_together, train_together
+from recipes.dqn import atari_sweep
+from recipes.dqn.config import load_config
+from recipes.dqn.run import train
+from recipes.dqn.together import agent_configs, check_together, train_together
 
 
 def _cartpole(tmp_path: Path, **overrides: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Atari 100k statistics (recipes/atari_stats.py): normalisation, IQM, stratified bootstrap, reference CSV."""
+"""Atari 100k statistics (recipes/dqn/stats.py): normalisation, IQM, stratified bootstrap, reference CSV."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from recipes.atari_stats import (
+from recipes.dqn.stats import (
     REFERENCE_CSV,
     aggregate,
     human_normalized,
@@ -192,7 +192,7 @@ def test_bootstrap_is_reproducible_and_percentile_level_matters() -> None:
 
 
 def test_reference_csv_covers_the_26_games_with_random_below_human() -> None:
-    pytest.importorskip("gymnasium")  # load_reference reads the CSV through recipes.dqn_envs
+    pytest.importorskip("gymnasium")  # load_reference reads the CSV through recipes.dqn.envs
     reference = load_reference(REFERENCE_CSV)
     assert set(reference) == ATARI_100K_ROMS
     assert published_agents(reference) == ["drq_eps"]
@@ -205,7 +205,7 @@ def test_reference_csv_covers_the_26_games_with_random_below_human() -> None:
 
 
 def test_reference_drq_eps_aggregates_match_the_published_ones() -> None:
-    pytest.importorskip("gymnasium")  # load_reference reads the CSV through recipes.dqn_envs
+    pytest.importorskip("gymnasium")  # load_reference reads the CSV through recipes.dqn.envs
     # Agarwal et al. (2021) runs: median 0.313, mean 0.465 over the 26 games (of per-game means).
     reference = load_reference()
     normalized = {
@@ -221,7 +221,7 @@ def test_reference_drq_eps_aggregates_match_the_published_ones() -> None:
 
 
 def test_aggregate_on_a_hand_made_sweep() -> None:
-    pytest.importorskip("gymnasium")  # load_reference reads the CSV through recipes.dqn_envs
+    pytest.importorskip("gymnasium")  # load_reference reads the CSV through recipes.dqn.envs
     reference = load_reference()
     result = aggregate(small_sweep(), reference, reps=200, seed=0)
     assert result["games"] == ["pong", "boxing"]
@@ -248,14 +248,14 @@ def test_aggregate_on_a_hand_made_sweep() -> None:
 
 
 def test_aggregate_rejects_a_game_missing_from_the_reference() -> None:
-    pytest.importorskip("gymnasium")  # load_reference reads the CSV through recipes.dqn_envs
+    pytest.importorskip("gymnasium")  # load_reference reads the CSV through recipes.dqn.envs
     sweep = {"games": {"tetris": {"uniform": {"scores": [1.0]}}}}
     with pytest.raises(KeyError, match="tetris"):
         aggregate(sweep, load_reference(), reps=10)
 
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:
-    pytest.importorskip("gymnasium")  # load_reference reads the CSV through recipes.dqn_envs
+    pytest.importorskip("gymnasium")  # load_reference reads the CSV through recipes.dqn.envs
     pytest.importorskip("matplotlib")
     reference = load_reference()
     sweep = small_sweep()

@@ -1,4 +1,4 @@
-"""Blind Cliffwalk recipe (recipes/cliffwalk.py): memory, true Q, hand-computed steps, end-to-end runs."""
+"""Blind Cliffwalk recipe (recipes/cliffwalk/): memory, true Q, hand-computed steps, end-to-end runs."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("tqdm")
 
 from prisample import Draw, PrioritizedSampler
-from recipes.cliffwalk import (
+from recipes.cliffwalk.experiment import (
     AGENTS,
     CliffwalkConfig,
     Memory,
@@ -31,7 +31,7 @@ from recipes.cliffwalk import (
     run_sampled,
     true_q,
 )
-from recipes.cliffwalk_report import memory_size, summarize
+from recipes.cliffwalk.report import memory_size, summarize
 
 CONFIG = CliffwalkConfig()
 ETA = CONFIG.step_size
@@ -277,12 +277,12 @@ def test_a_capped_run_is_null_in_the_json(tmp_path: Path) -> None:
 
 
 def test_command_line_round_trips_through_the_cli() -> None:
-    from recipes import cli
+    from recipes.common import cli
 
     config = CliffwalkConfig(max_n=16, seeds=3, agents=("rank", "oracle"), initial_priority="td")
-    args = shlex.split(command_line(config))[3:]
+    args = shlex.split(command_line(config))[4:]  # python -m recipes.cliffwalk run
     assert args[:2] == ["--max_n", "16"]
-    parsed = cli.parse(CliffwalkConfig, args, prog="python -m recipes.cliffwalk")
+    parsed = cli.parse(CliffwalkConfig, args, prog="python -m recipes.cliffwalk run")
     assert parsed == config
     with pytest.raises(ValueError, match="agents"):
         CliffwalkConfig(agents=("uniform", "psychic"))  # type: ignore[arg-type]

@@ -251,7 +251,7 @@ def test_lightning_callback_records_draws_and_writes_files(tmp_path: Path) -> No
 def test_recipe_flag_writes_diagnostics(tmp_path: Path) -> None:
     """A 300-step CartPole run with --diagnostics: every draw counted, a snapshot per metrics row."""
     pytest.importorskip("gymnasium")
-    from recipes.atari_ddqn import train
+    from recipes.dqn.run import train
     from tests.test_atari_ddqn import _cartpole
 
     cfg = _cartpole(

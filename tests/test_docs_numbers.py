@@ -290,11 +290,11 @@ UNMARKED: dict[tuple[str, str], str] = {
     (
         "docs/recipes/per_vs_uniform.md",
         "| profile | arm file | reference | step size | optimiser ε | priority | weights |",
-    ): ("the registered arms and their sources (recipes/configs/per_vs_uniform.yaml)"),
+    ): ("the registered arms and their sources (recipes/studies/configs/per_vs_uniform.yaml)"),
     (
         "docs/recipes/per_vs_uniform.md",
         "| environment | base agent | arms (each with its baseline) | seeds | agent steps | evaluations |",
-    ): ("the registered protocol: seeds, steps and schedules (recipes/configs/per_vs_uniform.yaml)"),
+    ): ("the registered protocol: seeds, steps and schedules (recipes/studies/configs/per_vs_uniform.yaml)"),
     ("docs/recipes/atari_ddqn.md", "| field | value | source |"): "presets, each value with its source",
     ("docs/recipes/cliffwalk.md", "| question | choice | why |"): "design choices and their parameters",
     ("docs/recipes/cliffwalk.md", "| | uniform | oracle | greedy | rank | proportional |"): (

@@ -1,4 +1,4 @@
-"""The update as one call (recipes/dqn_update.py) and stacked agents (recipes/dqn_stacked.py).
+"""The update as one call (recipes/dqn/update.py) and stacked agents (recipes/dqn/stacked.py).
 
 On a CPU: the eager path is Algorithm 1's update, the stacked update of A agents equals A separate
 updates, the warm-up's changes are undone.  On a GPU (run there: ``pytest tests/test_dqn_update.py
@@ -18,10 +18,19 @@ pytest.importorskip("yaml")
 pytest.importorskip("tqdm")
 pytest.importorskip("cloudpickle")
 
-from recipes.atari_ddqn import Batch, DQNRMSprop, QNetwork, load_config, make_optimizer, td_loss
-from recipes.dqn_envs import EnvSpec
-from recipes.dqn_stacked import StackedQNetwork
-from recipes.dqn_update import GraphedForward, HostCopy, OptimizerStep, _optimizer_tensors, _restore_optimizer
+from recipes.dqn.agent import td_loss
+from recipes.dqn.config import load_config
+from recipes.dqn.envs import EnvSpec
+from recipes.dqn.networks import DQNRMSprop, QNetwork, make_optimizer
+from recipes.dqn.stacked import StackedQNetwork
+from recipes.dqn.update import (
+    Batch,
+    GraphedForward,
+    HostCopy,
+    OptimizerStep,
+    _optimizer_tensors,
+    _restore_optimizer,
+)
 
 ATARI = EnvSpec((4, 84, 84), 4, np.uint8, 6)
 MINATAR = EnvSpec((10, 10, 4), 1, np.uint8, 3)

@@ -8,6 +8,7 @@ import logging
 import re
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,8 +18,8 @@ pytest.importorskip("lightning")
 pytest.importorskip("torchvision")
 pytest.importorskip("jsonargparse")
 
-from recipes import imbalanced_mnist as rec
-from recipes import mnist_data
+from recipes.imbalanced_mnist import data as mnist_data
+from recipes.imbalanced_mnist import experiment as rec
 
 PER_CLASS_TRAIN, PER_CLASS_TEST = 60, 8
 
@@ -38,6 +39,13 @@ def make_idx_dir(directory: Path, gz: bool = True, seed: int = 0) -> Path:
         mnist_data.write_idx(directory / f"{split}-images-idx3-ubyte{suffix}", images)
         mnist_data.write_idx(directory / f"{split}-labels-idx1-ubyte{suffix}", labels)
     return directory
+
+
+@pytest.fixture(autouse=True)
+def _command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recipe's command line, not pytest's: LightningCLI given ``args`` warns when ``sys.argv``
+    holds other arguments too."""
+    monkeypatch.setattr("sys.argv", ["python -m recipes.imbalanced_mnist"])
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +82,32 @@ def test_locate_dataset_prefers_mnist_then_fashion(
         mnist_data.locate_dataset(tmp_path, "mnist", download=False)
     with pytest.raises(ValueError, match="dataset"):
         mnist_data.locate_dataset(tmp_path, "cifar", download=False)  # type: ignore[arg-type]
+
+
+def test_a_failed_download_is_said_once_and_not_retried_for_an_hour(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bug: ``make demo`` said "MNIST could not be downloaded" twice (``prepare``, then ``compare``
+    in another process, each asking the network again)."""
+    import urllib.error
+    import urllib.request
+
+    asked = []
+
+    def offline(*args: object, **kwargs: object) -> None:
+        asked.append(args)
+        raise urllib.error.URLError("offline")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    fashion = make_idx_dir(tmp_path / "fashion-mnist", gz=False)
+    for _ in range(3):  # three commands of a demo
+        assert mnist_data.locate_dataset(tmp_path, "auto") == ("fashion-mnist", fashion)
+    assert len(asked) == 1 and capsys.readouterr().err.count("MNIST could not be downloaded") == 1
+    with pytest.raises(FileNotFoundError, match="MNIST"):
+        mnist_data.locate_dataset(tmp_path, "mnist")  # asked for MNIST itself: the network is asked
+    assert len(asked) == 2
+    monkeypatch.setattr(mnist_data, "DOWNLOAD_RETRY_S", 0.0)
+    assert mnist_data.locate_dataset(tmp_path, "auto")[0] == "fashion-mnist" and len(asked) == 3
 
 
 def test_imbalanced_split_counts() -> None:
@@ -159,6 +193,58 @@ def test_fast_dev_run_of_each_arm(root: Path, arm: str) -> None:
         assert np.sum(priorities != 1.0) > 0  # the drawn examples' losses arrived
     else:
         assert not callbacks and data.prioritized_sampler is None
+
+
+def test_fit_without_a_config_is_the_prioritized_arm(root: Path) -> None:
+    """Bug: ``fit`` without ``--config`` drew uniform minibatches, so ``fit
+    --trainer.fast_dev_run=true`` never touched prisample.  Its defaults are the prioritized arm's."""
+    cli = rec.cli_main(["fit", "--trainer.fast_dev_run", "2", *_args(root)])
+    data = cli.datamodule
+    assert isinstance(data, rec.ImbalancedMNISTDataModule) and data.sampler == "prioritized"
+    assert data.prioritized_sampler is not None
+    assert np.sum(data.prioritized_sampler.sampler.priorities != 1.0) > 0  # losses became priorities
+    assert any(isinstance(c, rec.PrioritizedSamplingCallback) for c in cli.trainer.callbacks)
+
+
+def _settings(config: Any) -> dict[str, Any]:
+    """A parsed LightningCLI config's model, data and trainer values as plain data."""
+    return json.loads(json.dumps(config.as_dict(), default=str))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("arm", [None, *rec.ARMS])
+def test_each_arm_gets_exactly_its_file_and_no_config_the_prioritized_file(
+    arm: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What an arm's file says, and the class defaults for everything else: the defaults being the
+    prioritized arm's leaks nothing into the others (the uniform arm stays uniform); without a
+    file, ``fit`` gets exactly the prioritized arm's settings (the comparison's prioritized runs
+    and a bare ``fit`` are the same run)."""
+    import inspect
+
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    read = _settings(
+        rec.cli_main(
+            [] if arm is None else ["--config", str(rec.CONFIG_DIR / f"{arm}.yaml")], run=False
+        ).config
+    )
+    arm_file = yaml.safe_load((rec.CONFIG_DIR / f"{arm or 'prioritized'}.yaml").read_text())
+    for section, cls in (("model", rec.ImbalancedClassifier), ("data", rec.ImbalancedMNISTDataModule)):
+        defaults = {
+            name: list(p.default) if isinstance(p.default, tuple) else p.default
+            for name, p in inspect.signature(cls.__init__).parameters.items()
+            if name != "self"
+        }
+        assert read[section] == {**defaults, **arm_file[section]}, section
+    for key, value in arm_file["trainer"].items():
+        expected = (
+            value
+            if key != "logger"
+            else {**value, "init_args": {**read["trainer"]["logger"]["init_args"], **value["init_args"]}}
+        )
+        assert read["trainer"][key] == expected, key
+    assert read["data"]["sampler"] == ("uniform" if arm in ("uniform", "informed") else "prioritized")
 
 
 def test_command_line_sets_alpha_beta_backend(root: Path) -> None:
@@ -260,7 +346,7 @@ def test_comparison_is_identical_in_fresh_processes_whatever_the_thread_count(
         }
         done = subprocess.run(
             command,
-            cwd=Path(rec.__file__).parent.parent,
+            cwd=Path(__file__).resolve().parent.parent,
             env=env,
             capture_output=True,
             text=True,

@@ -13,7 +13,7 @@ pytest.importorskip("lightning")
 pytest.importorskip("torchvision")
 pytest.importorskip("jsonargparse")
 
-from recipes import imbalanced_mnist_lr_sweep as sweep
+from recipes.imbalanced_mnist import lr_sweep as sweep
 from tests.test_imbalanced_mnist import make_idx_dir
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Off-policy replay recipe (recipes/offpolicy.py): ratios, exact values, the sampler mappings,
+"""Off-policy replay recipe (recipes/offpolicy/experiment.py): ratios, exact values, the sampler mappings,
 end-to-end runs of every arm, and convergence of the unbiased arms on a small chain."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip("tqdm")
 
-from recipes.offpolicy import (
+from recipes.offpolicy.experiment import (
     ARMS,
     Model,
     OffPolicyConfig,
@@ -153,7 +153,7 @@ def test_every_arm_end_to_end(tmp_path):
     assert (tmp_path / "offpolicy_frozenlake.png").stat().st_size > 0
     assert (tmp_path / "offpolicy_cliffwalking.png").stat().st_size > 0
     text = (tmp_path / "offpolicy.md").read_text()
-    assert "python -m recipes.offpolicy" in text and "hybrid_rank" in text
+    assert "python -m recipes.offpolicy run" in text and "hybrid_rank" in text
 
 
 def test_linear_representation_aggregates_blocks():

@@ -19,9 +19,11 @@ pytest.importorskip("yaml")
 pytest.importorskip("tqdm")
 pytest.importorskip("cloudpickle")
 
-from recipes.atari_ddqn import SQRT_LOSS_FLOOR, Schedules, load_config, td_loss
-from recipes.dqn_envs import EnvSpec
-from recipes.dqn_model import QNetwork, make_optimizer, optimizer_settings
+from recipes.dqn.agent import SQRT_LOSS_FLOOR, td_loss
+from recipes.dqn.config import load_config
+from recipes.dqn.envs import EnvSpec
+from recipes.dqn.loop import Schedules
+from recipes.dqn.networks import QNetwork, make_optimizer, optimizer_settings
 from tests.test_replay_ablation import hand_made_batch
 
 torch.set_num_threads(1)

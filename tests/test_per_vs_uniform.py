@@ -17,9 +17,10 @@ pytest.importorskip("tqdm")
 pytest.importorskip("cloudpickle")
 pytest.importorskip("matplotlib")
 
-from recipes import dqn_sweep_report as report
-from recipes import per_vs_uniform, rl_metrics
-from recipes.dqn_config import load_config
+from recipes.common import rl_metrics
+from recipes.dqn import sweep_report as report
+from recipes.dqn.config import load_config
+from recipes.studies import per_vs_uniform
 
 
 def test_auc_is_the_mean_over_evaluations_and_final_the_last() -> None:
@@ -170,3 +171,33 @@ def test_sweep_table_shows_each_arms_own_values() -> None:
     shared = text.split("Every arm's values")[1]
     assert "| lr_divisor |" not in shared and "| gamma | `0.99` |" in shared
     assert "AUC, IQM" in text and "15.0 [15.0, 15.0]" in text  # uniform's AUC: mean of 10 and 20
+
+
+def test_curve_stats_say_nan_where_no_seed_reached_a_point_without_a_warning() -> None:
+    """Bug: ``make test`` printed numpy's "Mean of empty slice" from ``curve_stats`` (and
+    ``np.nanmean`` in the SB3 plot) for an evaluation point that no seed reached."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mean, low, high, count = report.curve_stats([[1.0, None], [None, None], [2.0, 4.0]])
+        seed_mean, seed_std = rl_metrics.seed_mean_std([[1.0, math.nan], [3.0, math.nan]])
+    np.testing.assert_array_equal(count, [1, 0, 2])
+    np.testing.assert_array_equal(mean, [1.0, math.nan, 3.0])
+    np.testing.assert_array_equal(low, [1.0, math.nan, 2.0])
+    np.testing.assert_array_equal(high, [1.0, math.nan, 4.0])
+    np.testing.assert_array_equal(seed_mean, [2.0, math.nan])
+    np.testing.assert_array_equal(seed_std, [1.0, math.nan])
+
+
+def test_a_plot_with_no_curve_has_no_legend_and_no_warning(tmp_path: Path) -> None:
+    """Bug: the weights plot of a sweep of arms without weights (uniform) called ``ax.legend()``
+    with nothing labelled: matplotlib's "No artists with labels found to put in legend"."""
+    import warnings
+
+    curves = {"uniform": {"seeds": [0], "steps": [100], "returns": [[1.0]]}}  # no "log_steps"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = report.plot(curves, tmp_path / "weights.png", "no weights", metric="weight_mean")
+        report.plot(curves, tmp_path / "returns.png", "returns")
+    assert path.stat().st_size > 0

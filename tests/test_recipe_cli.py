@@ -1,4 +1,4 @@
-"""The recipes as command-line tools (recipes/cli.py): comma lists, up-front checks, one-line errors."""
+"""The recipes as command-line tools (recipes/common/cli.py): comma lists, checks, one-line errors."""
 
 from __future__ import annotations
 
@@ -16,12 +16,13 @@ pytest.importorskip("cloudpickle")
 pytest.importorskip("lightning")
 pytest.importorskip("jsonargparse")
 
-from recipes import cli
-from recipes.atari_ddqn import DDQNConfig, load_config, main
-from recipes.cliffwalk import CliffwalkConfig
-from recipes.dqn_sweep import PlotConfig, SweepConfig
-from recipes.imbalanced_mnist import CompareConfig
-from recipes.offpolicy import OffPolicyConfig
+from recipes.cliffwalk.experiment import CliffwalkConfig
+from recipes.common import cli
+from recipes.dqn.config import DDQNConfig, load_config
+from recipes.dqn.run import main
+from recipes.dqn.sweep import PlotConfig, SweepConfig
+from recipes.imbalanced_mnist.experiment import CompareConfig
+from recipes.offpolicy.experiment import OffPolicyConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,22 +91,22 @@ def test_total_steps_below_learning_starts_is_an_error(capsys: pytest.CaptureFix
     with pytest.raises(cli.ConfigError, match="total_steps should be > learning_starts=1000"):
         load_config("CartPole-v1", "proportional", total_steps=500)
     with pytest.raises(SystemExit) as exit_info:
-        main(["train", "--env", "CartPole-v1", "--total_steps", "500", "--progress", "false"])
+        main(["--env", "CartPole-v1", "--total_steps", "500", "--progress", "false"])
     assert exit_info.value.code == 2
     message = "error: --total_steps should be > learning_starts=1000 (no update would run), but got 500"
     assert capsys.readouterr().err.strip() == message
 
 
 def test_atari_ddqn_help_lists_the_options_and_errors_are_one_line() -> None:
-    """Bug: ``python -m recipes.atari_ddqn --help`` printed one usage line and no option; a config
+    """Bug: ``python -m recipes.dqn train --help`` printed one usage line and no option; a config
     error was a traceback."""
-    shown = run_module("recipes.atari_ddqn", "--help")
+    shown = run_module("recipes.dqn", "train", "--help")
     assert shown.returncode == 0
     assert "--total_steps" in shown.stdout and "--learning_starts" in shown.stdout and "sweep" in shown.stdout
-    assert "--arms" in run_module("recipes.dqn_sweep", "sweep", "--help").stdout
+    assert "--arms" in run_module("recipes.dqn", "sweep", "--help").stdout
     moved = run_module("recipes.atari_ddqn", "sweep", "--env", "CartPole-v1")
-    assert moved.returncode == 2 and "python -m recipes.dqn_sweep sweep" in moved.stderr
-    failed = run_module("recipes.cliffwalk", "--step_size", "-1")
+    assert moved.returncode == 2 and "python -m recipes.dqn train" in moved.stderr
+    failed = run_module("recipes.cliffwalk", "run", "--step_size", "-1")
     assert failed.returncode == 2
     assert failed.stderr.strip() == "error: --step_size should lie in (0, 1], but got -1"
 
@@ -124,8 +125,8 @@ def test_outputs_default_to_runs_not_to_the_committed_results(capsys: pytest.Cap
 
 def test_command_line_writes_lists_as_comma_lists() -> None:
     config = CliffwalkConfig(agents=("rank", "oracle"), out_dir="docs/results")
-    line = cli.command_line("python -m recipes.cliffwalk", config, CliffwalkConfig())
-    assert line == "python -m recipes.cliffwalk --agents rank,oracle --out_dir docs/results"
+    line = cli.command_line("python -m recipes.cliffwalk run", config, CliffwalkConfig())
+    assert line == "python -m recipes.cliffwalk run --agents rank,oracle --out_dir docs/results"
 
 
 def test_subcommand_splits_the_command_from_its_options(capsys: pytest.CaptureFixture[str]) -> None:

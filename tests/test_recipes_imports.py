@@ -16,22 +16,40 @@ RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 
 
 def recipe_imports(source: str, modules: set[str]) -> set[str]:
-    """Names of the recipe modules that ``source`` imports, at module level or inside functions."""
+    """Dotted names (``dqn.agent``; ``dqn`` for a package's ``__init__``) of the recipe modules that
+    ``source`` imports, at module level or inside functions."""
     found: set[str] = set()
+
+    def add(dotted: str, names: list[str]) -> None:
+        children = {f"{dotted}.{name}" for name in names} & modules
+        found.update(children or {dotted})
+
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
-            if node.module == "recipes":
-                found |= {alias.name for alias in node.names if alias.name in modules}
-            elif node.module.startswith("recipes."):
-                found.add(node.module.split(".")[1])
-        elif isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module is None:
-                found |= {alias.name for alias in node.names if alias.name in modules}
-            else:
-                found.add(node.module.split(".")[0])
+            if node.module == "recipes" or node.module.startswith("recipes."):
+                dotted = node.module.partition(".")[2]
+                add(dotted, [alias.name for alias in node.names]) if dotted else found.update(
+                    {alias.name for alias in node.names}
+                )
         elif isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[1] for alias in node.names if alias.name.startswith("recipes.")}
+            found |= {
+                alias.name.partition(".")[2] for alias in node.names if alias.name.startswith("recipes.")
+            }
     return found & modules
+
+
+def module_name(path: Path) -> str:
+    """``recipes/dqn/agent.py`` -> ``dqn.agent``; ``recipes/dqn/__init__.py`` -> ``dqn``."""
+    parts = path.relative_to(RECIPES).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def recipe_sources() -> dict[str, str]:
+    return {
+        module_name(path): path.read_text()
+        for path in sorted(RECIPES.rglob("*.py"))
+        if path.parent != RECIPES
+    }
 
 
 def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
@@ -75,9 +93,18 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_recipes_have_no_import_cycle() -> None:
-    sources = {path.stem: path.read_text() for path in sorted(RECIPES.glob("*.py"))}
+    sources = recipe_sources()
     assert len(sources) > 20, "the recipes folder was not found"
     assert cycles(import_graph(sources)) == []
+
+
+def test_every_module_lives_in_a_recipe_folder_and_none_is_long() -> None:
+    """Issue 22: no module in ``recipes/`` outside a recipe folder or ``common/`` (the package's own
+    ``__init__`` and ``__main__`` aside), and no recipe file over 450 lines."""
+    loose = sorted(p.name for p in RECIPES.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert loose == []
+    long = {module_name(p): n for p in RECIPES.rglob("*.py") if (n := len(p.read_text().splitlines())) > 450}
+    assert long == {}
 
 
 @pytest.mark.parametrize(
@@ -86,17 +113,22 @@ def test_the_recipes_have_no_import_cycle() -> None:
         # A cycle closed by an import inside a function, as apex_dqn -> apex_studies once was.
         (
             {
-                "a": "from recipes.b import run\n",
-                "b": "def main():\n    from recipes import a\n",
-                "c": "import numpy\n",
+                "x.a": "from recipes.x.b import run\n",
+                "x.b": "def main():\n    from recipes.x import a\n",
+                "x.c": "import numpy\n",
             },
-            [["a", "b"]],
+            [["x.a", "x.b"]],
         ),
         (
-            {"a": "import recipes.b\n", "b": "import recipes.c\n", "c": "from recipes import a, numpy\n"},
-            [["a", "b", "c"]],
+            {
+                "x.a": "import recipes.x.b\n",
+                "x.b": "import recipes.y.c\n",
+                "y.c": "from recipes.x import a, numpy\n",
+            },
+            [["x.a", "x.b", "y.c"]],
         ),
-        ({"a": "from recipes import b\n", "b": "from recipes.c import x\n", "c": ""}, []),
+        ({"x.a": "from recipes.x import b\n", "x.b": "from recipes.y.c import x\n", "y.c": ""}, []),
+        ({"x": "from recipes.x.a import A\n", "x.a": "from recipes.x import B\n"}, [["x", "x.a"]]),
     ],
 )
 def test_the_cycle_finder_sees_cycles_at_any_depth(

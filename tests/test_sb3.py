@@ -377,7 +377,7 @@ def test_buffer_defaults_are_eps_001_and_batch_normalisation() -> None:
     """Pinned: ε = 0.01 (the DQN recipe's weight ablation) and the batch maximum (DQN Zoo,
     Dopamine), in the signature, in a buffer built without them and in PrioritizedDQN's buffer;
     the CartPole recipe's prioritized arms state the same values."""
-    from recipes import sb3_cartpole
+    from recipes.studies import sb3_cartpole
 
     params = inspect.signature(PrioritizedReplayBuffer.__init__).parameters
     defaults = (params["eps"].default, params["weight_norm"].default)
@@ -514,7 +514,7 @@ def test_cartpole_recipe_writes_the_per_seed_metrics(tmp_path: Any) -> None:
     """A tiny comparison (1 seed, 2 arms, one training rollout): the JSON holds per arm one ``auc``,
     ``final`` and ``weight_mean_last`` per seed, the evaluation steps and curves; the PNG and the
     table are written; ``--jobs 2`` (spawned processes) gives the same numbers."""
-    from recipes import sb3_cartpole as rec
+    from recipes.studies import sb3_cartpole as rec
 
     rec.main([*TINY, "--out", str(tmp_path / "cp")])
     for suffix in ("json", "png", "md"):
@@ -544,7 +544,7 @@ def test_cartpole_recipe_writes_the_per_seed_metrics(tmp_path: Any) -> None:
 def test_cartpole_recipe_without_arguments_prints_its_usage_and_runs_nothing(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from recipes import sb3_cartpole as rec
+    from recipes.studies import sb3_cartpole as rec
 
     def no_run(cfg: Any) -> dict[str, Any]:
         raise AssertionError("a run started")
@@ -554,7 +554,7 @@ def test_cartpole_recipe_without_arguments_prints_its_usage_and_runs_nothing(
         rec.main([])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: python -m recipes.sb3_cartpole") and "--run" in err
+    assert err.startswith("usage: python -m recipes.studies sb3-cartpole") and "--run" in err
     with pytest.raises(SystemExit) as exit_info:
         rec.main(["--help"])
     assert exit_info.value.code == 0

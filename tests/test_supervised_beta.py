@@ -1,4 +1,4 @@
-"""recipes/supervised_beta.py with tiny arguments: the JSON it writes, and the same numbers twice."""
+"""recipes/studies/supervised_beta.py with tiny arguments: the JSON it writes, and the same numbers twice."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("tqdm")
 
-from recipes import supervised_beta as rec
+from recipes.studies import supervised_beta as rec
 
 
 def test_recipe_json_structure_and_determinism(tmp_path: Path) -> None:

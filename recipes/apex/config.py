@@ -1,0 +1,178 @@
+"""The Ape-X recipe's settings (``recipes/apex/run.py``): :class:`ApexConfig`, the learner's config
+it takes from the single-process recipe, the command and folder of a run, and the Ray it starts.
+
+A run's learner is the single-process recipe's (``recipes/dqn/configs/<family>.yaml``,
+``arms/<arm>.yaml``), so :func:`learner_config` builds a :class:`recipes.dqn.config.DDQNConfig`
+from those files, ``ApexConfig.learner`` and the fields Ape-X sets itself (:data:`SET_BY_APEX`).
+The studies (``recipes/apex/studies.py``) build their single-process runs with the same
+:func:`recipe_config` and check their ``--apex`` options with :func:`apex_fields`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from recipes.common import cli, outputs
+from recipes.dqn.config import PAPER_ARMS, DDQNConfig, load_config
+from recipes.dqn.envs import check_env, env_family
+
+SET_BY_APEX = ("env", "arm", "seed", "total_steps", "n_step", "device")
+"""Fields of the learner's :class:`DDQNConfig` that :class:`ApexConfig` sets itself."""
+PROG = "python -m recipes.apex train"
+
+
+@dataclass(frozen=True)
+class ApexConfig:
+    """One Ape-X run.  The learner's hyper-parameters (network, optimiser, step size, memory size,
+    batch, γ, α, β, target period, evaluation) are the single-process recipe's for ``env`` and
+    ``arm``; ``learner`` overrides them."""
+
+    env: str = "CartPole-v1"
+    """Gymnasium id: e.g. CartPole-v1 (classic control) or MinAtar/Breakout-v1."""
+    arm: str = "proportional"
+    """The recipe's arm (recipes/dqn/configs/arms/<arm>.yaml): uniform, proportional or rank."""
+    actors: int = 2
+    """Actor processes N (Ray actors)."""
+    envs_per_actor: int = 4
+    """Environments each actor steps together (one network forward for all of them)."""
+    actor_cpus: float = 1.0
+    """Ray CPUs each actor reserves."""
+    total_steps: int = 50_000
+    """Env steps summed over actors and their environments (a multiple of envs_per_actor), as the
+    single-process recipe counts them: every step of every environment, autoreset steps included."""
+    n_step: int = 3
+    """Steps per return (Ape-X: 3)."""
+    epsilon: float = 0.4
+    """ε of ε_i = ε^(1 + α i / (N − 1)) (Ape-X: 0.4)."""
+    epsilon_exponent: float = 7.0
+    """α of that schedule (Ape-X: 7)."""
+    actor_batch: int = 50
+    """Complete transitions an actor gathers before it computes their priorities and sends them."""
+    actor_sync_every: int = 400
+    """Env steps per actor between weight pulls (a multiple of envs_per_actor; Ape-X: 400 frames)."""
+    max_pending: int = 2
+    """Sends an actor's ReplayWriter keeps unanswered before it waits."""
+    publish_every: int = 20
+    """Learner updates between publications of θ."""
+    target_every: int | None = None
+    """Learner updates between θ_target ← θ; None: the recipe's target_update_period / replay_period."""
+    max_replay_ratio: float | None = None
+    """At most this many learner updates per env step since learning started (the single-process
+    recipe makes 1 / replay_period); None: no cap."""
+    min_replay_ratio: float | None = None
+    """Actors get no new chunk while the learner has made fewer updates than this per env step since
+    learning started (a rate limiter, as Reverb's SampleToInsertRatio; Ape-X has none); None: they
+    never wait.  With max_replay_ratio equal, a run replays as the single-process recipe does."""
+    shards: int = 1
+    """Ray actors holding the memory (prisample.ray.RemoteReplay shards)."""
+    prefetch_depth: int = 1
+    """Batches the learner's prefetch thread draws ahead."""
+    eval_every: int | None = None
+    """Env steps between evaluations; None: the learner config's (CartPole 5,000); 0: none."""
+    device: str = "auto"
+    """The learner's torch device: 'auto' (cuda when available), 'cpu', 'cuda'.  Actors use the CPU."""
+    seed: int = 0
+    """Seeds the learner's network (as the recipe: same initial θ), the memory, actors and evaluation."""
+    time_budget_s: float | None = None
+    """Stop handing out env steps after this many seconds (throughput runs)."""
+    out: str | None = None
+    """Run folder; None: runs/apex_dqn/<env>_<actors>."""
+    learner: dict[str, Any] | None = None
+    """Fields of the learner's recipe config as JSON, e.g. '{"lr": 0.001, "batch_size": 64}'."""
+    progress: bool = True
+    """Show a tqdm bar of env steps."""
+
+    def __post_init__(self) -> None:
+        check_env(self.env)
+        cli.require(
+            env_family(self.env) != "atari",
+            "env",
+            "be a classic-control or MinAtar id (the remote memory stores no frame stacks)",
+            self.env,
+        )
+        cli.one_of(self, "arm", PAPER_ARMS)
+        cli.positive(self, "actors", "envs_per_actor", "actor_cpus", "total_steps", "n_step")
+        cli.positive(self, "actor_batch", "actor_sync_every", "max_pending", "publish_every", "shards")
+        cli.positive(self, "prefetch_depth")
+        cli.at_least(self, 1, "target_every")
+        cli.at_least(self, 0, "seed", "eval_every", "epsilon_exponent")
+        cli.in_range(self, "epsilon", 0.0, 1.0)
+        for name in ("max_replay_ratio", "min_replay_ratio", "time_budget_s"):
+            if getattr(self, name) is not None:
+                cli.positive(self, name)
+        low, high = self.min_replay_ratio, self.max_replay_ratio
+        if low is not None and high is not None:
+            cli.require(low <= high, "min_replay_ratio", f"be at most max_replay_ratio={high}", low)
+        for name in ("total_steps", "actor_sync_every"):
+            value = getattr(self, name)
+            cli.require(
+                value % self.envs_per_actor == 0,
+                name,
+                f"be a multiple of envs_per_actor={self.envs_per_actor}",
+                value,
+            )
+        allowed = {f.name for f in fields(DDQNConfig)} - set(SET_BY_APEX)
+        for key in self.learner or {}:
+            cli.require(
+                key in allowed, "learner", f"name fields of the recipe's config but {SET_BY_APEX}", key
+            )
+        learner_config(self)  # a value the recipe refuses is refused here, before Ray starts
+
+
+def recipe_config(env: str, arm: str, learner: dict[str, Any] | None, **fields: Any) -> DDQNConfig:
+    """The single-process recipe's config of ``env`` and ``arm`` (its files, then ``fields``, then
+    the JSON overrides ``learner``), as ``python -m recipes.dqn train`` builds it."""
+    return load_config(env, arm, **fields, **(learner or {}))
+
+
+def learner_config(config: ApexConfig) -> DDQNConfig:
+    """The single-process recipe's config for the learner: the family's and the arm's files, then
+    ``config.learner``, then the fields Ape-X sets (:data:`SET_BY_APEX`)."""
+    learner = recipe_config(
+        config.env,
+        config.arm,
+        {"tensorboard": False, "progress": False, **(config.learner or {})},
+        seed=config.seed,
+        total_steps=config.total_steps,
+        n_step=config.n_step,
+        device=config.device,
+    )
+    return replace(learner, eval_every=config.eval_every) if config.eval_every else learner
+
+
+def apex_fields(values: dict[str, Any] | None, taken: tuple[str, ...]) -> dict[str, Any]:
+    """A study's ``--apex`` JSON: fields of :class:`ApexConfig` the study does not set itself."""
+    names = {f.name for f in fields(ApexConfig)} - set(taken)
+    for key in values or {}:
+        cli.require(key in names, "apex", f"name fields of ApexConfig but {', '.join(taken)}", key)
+    return dict(values or {})
+
+
+def command(config: ApexConfig) -> str:
+    """The ``python -m recipes.apex train`` line that runs ``config``."""
+    return outputs.command_line(PROG, config, ApexConfig(), skip=("progress",))
+
+
+def run_dir(config: ApexConfig) -> Path:
+    return Path(config.out or f"runs/apex_dqn/{config.env.replace('/', '_')}_{config.actors}")
+
+
+def ray_cpus(config: ApexConfig) -> int:
+    """Logical CPUs of a Ray this recipe starts: every actor's reservation, and at least the
+    machine's cores (more actors than cores then share them: the OS schedules, Ray does not refuse)."""
+    return max(os.cpu_count() or 1, math.ceil(config.actors * config.actor_cpus))
+
+
+def start_ray(cpus: int) -> bool:
+    """Start a local Ray of ``cpus`` logical CPUs unless one runs; whether it was started here (the
+    caller then shuts it down)."""
+    if ray.is_initialized():
+        return False
+    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+    return True

@@ -1,0 +1,290 @@
+"""Sweeps of the Double DQN recipe: many (arm, seed) runs in parallel processes, one JSON, PNGs and table.
+
+``python -m recipes.dqn sweep --env CartPole-v1 --seeds 5 --jobs 14`` runs every arm × seed
+(× every point of ``--grid``) of one environment and writes (``--out docs/results/cartpole`` for
+the committed results)
+
+* ``<out>.json``: ``{curve: {"steps": [...], "returns": [[score per seed] per step], ...,
+  "log_steps", "weight_mean"}}``, one curve per arm (per arm and grid point with ``--grid``): the
+  evaluation score of each seed at each evaluation (``null`` where a run stopped earlier or no
+  episode finished), and the mean importance weight ``per/weight_mean`` of each logged row;
+* ``<out>.png``: mean evaluation score over seeds with the min–max band, at the evaluations every
+  seed reached; ``<out>_weights.png``: the same for ``per/weight_mean``;
+* ``<out>.md``: the command, the machine, steps/s and wall time per run, a summary table.
+
+``python -m recipes.dqn plot --json <out>.json [--metric weight_mean]`` re-draws a PNG from
+the JSON.  This module imports the recipe (``recipes.dqn.agent``); the recipe does not import it.
+The curves, plots and table are built in ``recipes/dqn/sweep_report.py``.
+
+The importance-weight ablation (issue 12) is a sweep with a grid::
+
+    python -m recipes.dqn sweep --env MinAtar/Breakout-v1 --arms proportional \\
+        --grid '{"priority_eps": [1e-6, 1e-3, 1e-2], "weight_norm": ["memory", "batch"]}' ...
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tqdm import tqdm
+
+from recipes.common import cli, outputs
+from recipes.dqn import sweep_report as report
+from recipes.dqn.config import ARMS, PAPER_ARMS, DDQNConfig, config_files, run_dir
+from recipes.dqn.run import train
+
+
+@dataclass(frozen=True)
+class SweepConfig(DDQNConfig):
+    """A :class:`DDQNConfig` (every run's settings) plus the sweep's own fields.
+
+    A field left at :class:`DDQNConfig`'s default takes the value of the environment family's file,
+    then of each arm's file (``recipes/dqn/configs/``); a field set to another value wins
+    over both, for every arm."""
+
+    arms: tuple[str, ...] = PAPER_ARMS
+    """Arms to run, a comma list (``uniform,rank``; also dqn_uniform, dqn_rank, lap, laber)."""
+    seeds: int = 3
+    """Seeds per arm: seed, seed + 1, ..."""
+    jobs: int = 1
+    """Runs in parallel (one process each, one torch thread each)."""
+    out: str = "runs/atari_ddqn/sweep"
+    """Output prefix: writes <out>.json, <out>.png, <out>_weights.png and <out>.md (the committed
+    results: docs/results/<env>)."""
+    grid: dict[str, list[Any]] | None = None
+    """Every combination of these values per arm, as JSON: '{"priority_eps": [1e-6, 1e-2],
+    "weight_norm": ["memory", "batch"]}' (each combination is its own curve)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.arms, str):  # a comma list from Python code
+            object.__setattr__(self, "arms", tuple(a.strip() for a in self.arms.split(",") if a.strip()))
+        super().__post_init__()
+        cli.subset_of(self, "arms", ARMS)
+        cli.at_least(self, 1, "seeds", "jobs")
+        names = {f.name for f in fields(DDQNConfig)} - {"env", "arm", "seed"}
+        for key, values in (self.grid or {}).items():
+            cli.require(key in names, "grid", "name options of a run (not env, arm, seed)", key)
+            cli.require(isinstance(values, list) and bool(values), "grid", "map options to lists", values)
+
+
+def arm_list(config: SweepConfig) -> list[str]:
+    """The sweep's arms, in the order given."""
+    return list(config.arms)
+
+
+def grid_points(config: SweepConfig) -> list[dict[str, Any]]:
+    """Every combination of the grid's values (one empty point without a grid)."""
+    grid = config.grid or {}
+    return [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
+
+
+def label(arm: str, point: dict[str, Any]) -> str:
+    """A curve's name: the arm, then the grid point (``proportional priority_eps=0.01``)."""
+    return " ".join([arm, *(f"{k}={v}" for k, v in point.items())])
+
+
+def run_config(config: SweepConfig, arm: str, seed: int, point: dict[str, Any] | None = None) -> DDQNConfig:
+    """The :class:`DDQNConfig` of one run: the family's and the arm's files, then every field of
+    the sweep that differs from the default, then the grid point."""
+    default = DDQNConfig()
+    values: dict[str, Any] = {}
+    for path in config_files(config.env, arm, config.protocol):
+        values.update(yaml.safe_load(path.read_text()))
+    for f in fields(DDQNConfig):
+        if getattr(config, f.name) != getattr(default, f.name) or f.name not in values:
+            values[f.name] = getattr(config, f.name)
+    values.update(point or {})
+    name = label(arm, point or {}).replace(" ", "_")
+    values.update(
+        arm=arm,
+        seed=seed,
+        progress=False,
+        hidden=tuple(values["hidden"]),
+        run_name=f"{config.env.replace('/', '_')}/{name}/seed{seed}",
+    )
+    return DDQNConfig(**values)
+
+
+@dataclass(frozen=True)
+class PlotConfig:
+    """Re-draw a sweep's PNG from its JSON."""
+
+    json: str
+    """The sweep's JSON, e.g. docs/results/cartpole.json."""
+    metric: str = "returns"
+    """'returns' (evaluation scores; <json>.png) or 'weight_mean' (per/weight_mean; <json>_weights.png)."""
+    out: str | None = None
+    """PNG to write; default the JSON's path with .png."""
+    title: str | None = None
+    """Plot title; default the JSON's file name."""
+    runs: str | None = None
+    """First rebuild the JSON from the ``result.json`` files of the run directories under this path
+    (e.g. a sweep's log_dir copied from another machine)."""
+
+
+def _run(config: DDQNConfig, name: str) -> dict[str, Any]:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    return {**asdict(train(config)), "label": name}
+
+
+def sweep(config: SweepConfig) -> dict[str, Any]:
+    """Run every (arm, seed), then write ``<out>.json``, ``<out>.png`` and ``<out>.md``.
+
+    ``<out>.json`` is rewritten after every finished run, and a run that fails is reported and
+    left out, so a sweep cut short still leaves the curves of the runs that finished.
+    """
+    runs, names = [], []
+    for arm in arm_list(config):
+        for point in grid_points(config):
+            for k in range(config.seeds):
+                runs.append(run_config(config, arm, config.seed + k, point))
+                names.append(label(arm, point))
+    out = Path(config.out)
+    started = time.perf_counter()
+    finished = run_all(runs, names, config.jobs, out.with_suffix(".json"), desc=f"sweep {config.env}")
+    wall = time.perf_counter() - started
+    curves = report.collect(finished)
+
+    def figures(_: Path) -> list[Path]:
+        weights = out.with_name(out.name + "_weights.png")
+        return [
+            report.plot(curves, out.with_suffix(".png"), title=config.env),
+            report.plot(curves, weights, title=config.env, metric="weight_mean"),
+        ]
+
+    table = markdown(config, finished, curves, wall, out.stem)
+    outputs.write_results(out.parent, out.stem, curves, table, figures, compact_lists=True)
+    print(f"wrote {out}.json, {out}.png and {out}.md ({len(finished)} of {len(runs)} runs, {wall:.0f} s)")
+    return curves
+
+
+def finished_result(run: DDQNConfig) -> dict[str, Any] | None:
+    """The ``result.json`` a finished run left in its directory, if it ran with exactly this config
+    to the end (``stopped == "done"``); None otherwise."""
+    path = run_dir(run) / "result.json"
+    if not path.exists():
+        return None
+    result: dict[str, Any] = json.loads(path.read_text())
+    same = result.get("config") == json.loads(json.dumps(asdict(run)))
+    return result if same and result.get("stopped") == "done" else None
+
+
+def run_all(
+    runs: list[DDQNConfig], names: list[str], jobs: int, out_json: Path, desc: str, reuse: bool = False
+) -> list[dict[str, Any]]:
+    """Train every run (``jobs`` at a time, one process and one torch thread each) and return the
+    ``result.json`` records of those that finished, each with its curve's name as ``label``.
+
+    ``out_json`` is rewritten with the curves (:func:`recipes.dqn.sweep_report.collect`) after every
+    finished run, and a run that fails is reported and left out, so a sweep cut short still leaves
+    the curves of the runs that finished.  ``reuse``: a run whose directory holds the result of the
+    same config run to the end (:func:`finished_result`) is taken as it is, not run again, so a
+    sweep that was stopped continues where it stood."""
+    os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the workers before torch starts there
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    results: list[dict[str, Any] | None] = [None] * len(runs)
+    for i, run in enumerate(runs):
+        earlier = finished_result(run) if reuse else None
+        if earlier is not None:
+            results[i] = {**earlier, "label": names[i]}
+    todo = [i for i, r in enumerate(results) if r is None]
+    bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc=desc, unit="run")
+
+    def finish(i: int, outcome: dict[str, Any] | BaseException) -> None:
+        run = runs[i]
+        if isinstance(outcome, BaseException):
+            print(f"run {run.arm} seed {run.seed} failed: {outcome!r}", file=sys.stderr)
+        else:
+            results[i] = outcome
+            bar.set_postfix_str(f"{run.arm} s{run.seed}: {outcome['steps_per_s']:.0f} steps/s", refresh=False)
+            outputs.write_json(
+                out_json, report.collect([r for r in results if r is not None]), compact_lists=True
+            )
+        bar.update()
+
+    if jobs == 1:
+        for i in todo:
+            run = runs[i]
+            try:
+                outcome: dict[str, Any] | BaseException = _run(run, names[i])
+            except Exception as failure:
+                outcome = failure
+            finish(i, outcome)
+    else:
+        context = multiprocessing.get_context("spawn")  # CUDA and torch threads need fresh processes
+        with ProcessPoolExecutor(max(1, min(jobs, len(todo))), mp_context=context) as pool:
+            futures = {pool.submit(_run, runs[i], names[i]): i for i in todo}
+            for future in as_completed(futures):
+                error = future.exception()
+                finish(futures[future], error if error is not None else future.result())
+    bar.close()
+    finished = [r for r in results if r is not None]
+    if not finished:
+        raise RuntimeError(f"every run of the sweep failed (see above); nothing written to {out_json}")
+    return finished
+
+
+def replot(config: PlotConfig) -> Path:
+    """``plot`` command: the PNG of a sweep JSON."""
+    source = Path(config.json)
+    if config.runs is not None:
+        results = [json.loads(p.read_text()) for p in sorted(Path(config.runs).rglob("result.json"))]
+        if not results:
+            raise ValueError(f"no result.json under runs={config.runs!r}")
+        source.write_text(report.to_json(report.collect(results)))
+    curves = json.loads(source.read_text())
+    cli.one_of(config, "metric", ("returns", "weight_mean"))
+    suffix = ".png" if config.metric == "returns" else "_weights.png"
+    out = Path(config.out) if config.out else source.with_name(source.stem + suffix)
+    report.plot(curves, out, title=config.title or source.stem, metric=config.metric)
+    print(f"wrote {out}")
+    return out
+
+
+def command_line(config: SweepConfig) -> str:
+    """The command that reproduces the sweep: its non-default arguments."""
+    return outputs.command_line("python -m recipes.dqn sweep", config, SweepConfig())
+
+
+def markdown(
+    config: SweepConfig,
+    results: list[dict[str, Any]],
+    curves: dict[str, Any],
+    wall: float,
+    stem: str,
+    machine: str | None = None,
+) -> str:
+    """The sweep's record (:func:`recipes.dqn.sweep_report.markdown`) with each arm's settings and
+    the command that reproduces it."""
+    return report.markdown(config, config.jobs, command_line(config), results, curves, wall, stem, machine)
+
+
+COMMANDS = ("sweep", "plot")
+EPILOG = (
+    "Commands: sweep (every arm x seed [x grid point] of one environment; python -m recipes.dqn "
+    "sweep --help), plot (re-draw a sweep's PNG from its JSON). One run: python -m recipes.dqn train."
+)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """``python -m recipes.dqn sweep|plot [options]``; ``--help`` lists the options."""
+    command, options = cli.subcommand(argv, COMMANDS, prog="python -m recipes.dqn", epilog=EPILOG)
+    prog = f"python -m recipes.dqn {command}"
+    if command == "sweep":
+        config = cli.parse(SweepConfig, options, prog=prog, epilog=EPILOG)
+        with cli.reporting():
+            for arm in config.arms:
+                for point in grid_points(config):
+                    run_config(config, arm, config.seed, point)  # refuse a bad run before any starts
+        return sweep(config)
+    return replot(cli.parse(PlotConfig, options, prog=prog, epilog=EPILOG))

@@ -1,0 +1,41 @@
+"""Registered comparisons and ablations across recipes.
+
+``python -m recipes.studies`` with no arguments lists its commands; ``<command> --help`` lists
+a command's options."""
+
+from __future__ import annotations
+
+from recipes.common.cli import Command
+
+__all__ = ["COMMANDS", "DEFAULT", "DESCRIPTION"]
+
+DESCRIPTION = "Registered comparisons and ablations across recipes."
+DEFAULT = None
+"""Every command line names its command."""
+COMMANDS = (
+    Command(
+        "per-vs-uniform",
+        "the registered PER-vs-uniform comparison (run, then report)",
+        "recipes.studies.per_vs_uniform:main",
+    ),
+    Command(
+        "replay-ablation",
+        "uniform, proportional, rank, LAP and LaBER arms of the DQN recipe on two environments",
+        "recipes.studies.replay_ablation:main",
+    ),
+    Command(
+        "supervised-beta",
+        "which β for prioritized supervised learning: uniform, β = 0, β annealed 0.4 → 1",
+        "recipes.studies.supervised_beta:main",
+    ),
+    Command(
+        "sb3-cartpole",
+        "Stable-Baselines3 DQN with prisample's buffer on RL Zoo's CartPole",
+        "recipes.studies.sb3_cartpole:main",
+    ),
+    Command(
+        "diagnostics-figures",
+        "the paper's replay diagnostics (Sec. 5, Figs. 10-11) on two short runs",
+        "recipes.studies.diagnostics_figures:main",
+    ),
+)

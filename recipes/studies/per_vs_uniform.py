@@ -1,0 +1,379 @@
+"""Prioritized against uniform replay, as registered before it ran: does PER help the recipes' agents?
+
+The protocol is ``recipes/studies/configs/per_vs_uniform.yaml``, committed before its first run: per
+environment, the arms (arm files of the Double DQN recipe, ``python -m recipes.dqn train``, each with the
+uniform arm of the same step size as its baseline), the seeds, the steps, the primary metric and
+the test.  Each run is Algorithm 1 (Schaul et al. 2016) with its arm's replay:
+
+    j ~ P(j) = p_j^α / Σ_i p_i^α,   w_j = (N·P(j))^-β / max w,   θ ← θ + η/d Σ_j w_j δ_j ∇Q,   p_j ← |δ_j|
+
+and is scored by evaluations every few thousand steps.  Per seed: the area under the evaluation
+curve (AUC, the mean over evaluations; the primary metric) and the final score; per arm: their IQM
+with a 95 % bootstrap interval; per arm against its baseline: the interval of the IQM difference,
+whose sign is the verdict (``recipes/common/rl_metrics.py``).
+
+Commands (each prints its usage without arguments)::
+
+    python -m recipes.studies per-vs-uniform run --envs CartPole-v1 --jobs 2  # runs/per_vs_uniform/<env>.*
+    python -m recipes.studies per-vs-uniform report --sb3 runs/sb3_cartpole.json \\
+        --out docs/results/per_vs_uniform                                  # .json, .md, .png
+
+``run`` trains every (arm, seed) of the named environments and writes, per environment, the sweep
+record of ``recipes/dqn/sweep.py`` (``<env>.json`` curves, ``.png``, ``_weights.png``, ``.md``);
+``report`` reads those (and the Stable-Baselines3 comparison's JSON, ``recipes/studies/sb3_cartpole.py``)
+and writes ``per_vs_uniform.json``: ``{"protocol": <the YAML as registered>, "envs": {env: {arm:
+{"seeds", "auc", "final", "weight_mean_last", ...}}}, "aggregates": {env: {arm: {"auc_iqm",
+"final_iqm"}}}, "comparisons": {env: {arm: {...}}}, "verdict": {env: "..."}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from recipes.common import cli, outputs, rl_metrics
+from recipes.dqn import sweep_report as report
+from recipes.dqn.config import DDQNConfig, load_config
+from recipes.dqn.sweep import run_all
+
+PROTOCOL = Path(__file__).parent / "configs" / "per_vs_uniform.yaml"
+SB3_ENV = "SB3 CartPole-v1"
+"""The key of the Stable-Baselines3 comparison among the environments of the results."""
+
+
+def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
+    """The registered protocol, as written."""
+    protocol: dict[str, Any] = yaml.safe_load(path.read_text())
+    return protocol
+
+
+# -- run ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Train the registered arms × seeds of some environments of the protocol."""
+
+    envs: tuple[str, ...]
+    """Environments of the protocol to run, a comma list (e.g. CartPole-v1,MinAtar/Breakout-v1)."""
+    jobs: int = 2
+    """Runs in parallel, one process and one torch thread each."""
+    runs: str = "runs/per_vs_uniform"
+    """Folder of the results: <runs>/<env>.json, .png, _weights.png, .md, and the run directories."""
+    seeds: int | None = None
+    """Only the first this many of each environment's registered seeds (a quick check; None: all)."""
+    total_steps: int | None = None
+    """Override the registered steps (a quick check only; None: as registered)."""
+    set: dict[str, Any] | None = None
+    """Fields of every run, as JSON, on top of the protocol (a quick check only)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.envs, str):
+            object.__setattr__(self, "envs", tuple(e.strip() for e in self.envs.split(",") if e.strip()))
+        cli.subset_of(self, "envs", tuple(load_protocol()["envs"]))
+        cli.at_least(self, 1, "jobs", "seeds", "total_steps")
+
+
+def env_runs(protocol: dict[str, Any], env: str, config: RunConfig) -> tuple[list[DDQNConfig], list[str]]:
+    """Every registered (arm, seed) run of ``env``, seed by seed: the arm file on the family's and
+    protocol's files, the environment's ``set``, then the arm's ``set``; and each run's curve name."""
+    spec = protocol["envs"][env]
+    seeds = spec["seeds"][: config.seeds] if config.seeds is not None else spec["seeds"]
+    runs, names = [], []
+    for seed in seeds:  # seed by seed: a run cut short leaves every arm with the same seeds
+        for name, arm in spec["arms"].items():
+            values = {**spec["set"], **arm["set"], **(config.set or {})}
+            runs.append(
+                load_config(
+                    env,
+                    arm["arm"],
+                    spec["protocol"],
+                    total_steps=config.total_steps or spec["total_steps"],
+                    seed=seed,
+                    log_dir=str(Path(config.runs) / "runs"),
+                    run_name=f"{env.replace('/', '_')}/{name.replace(' ', '_')}/seed{seed}",
+                    progress=False,
+                    tensorboard=False,
+                    **values,
+                )
+            )
+            names.append(name)
+    return runs, names
+
+
+def run(config: RunConfig, argv: list[str]) -> dict[str, Any]:
+    """``run``: every environment's runs, then its sweep record."""
+    protocol = load_protocol()
+    out_dir = Path(config.runs)
+    planned = {env: env_runs(protocol, env, config) for env in config.envs}  # all checked before any runs
+    curves_by_env = {}
+    for env, (runs, names) in planned.items():
+        stem = env.replace("/", "_")
+        started = time.perf_counter()
+        finished = run_all(runs, names, config.jobs, out_dir / f"{stem}.json", desc=env, reuse=True)
+        wall = time.perf_counter() - started
+        curves = report.collect(finished)
+        command = outputs.argv_command("python -m recipes.studies per-vs-uniform run", argv)
+        table = report.markdown(runs[0], config.jobs, command, finished, curves, wall, stem)
+
+        def figures(_: Path, curves: dict[str, Any] = curves, stem: str = stem, env: str = env) -> list[Path]:
+            return [
+                report.plot(curves, out_dir / f"{stem}.png", title=env),
+                report.plot(curves, out_dir / f"{stem}_weights.png", title=env, metric="weight_mean"),
+            ]
+
+        outputs.write_results(out_dir, stem, curves, table, figures, compact_lists=True)
+        curves_by_env[env] = curves
+    return curves_by_env
+
+
+# -- report ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """Gather the runs of every registered environment into one JSON, table and plot."""
+
+    runs: str = "runs/per_vs_uniform"
+    """The folder ``run`` wrote (<runs>/<env>.json per environment)."""
+    sb3: str | None = None
+    """The Stable-Baselines3 comparison's JSON (python -m recipes.studies sb3-cartpole); None: left out."""
+    out: str = "runs/per_vs_uniform/per_vs_uniform"
+    """Output prefix: <out>.json, <out>.md and <out>.png (the committed results:
+    docs/results/per_vs_uniform)."""
+
+
+def arm_results(curves: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per curve of one sweep: the seeds, per seed AUC, final score and last mean weight, and the
+    evaluation curves themselves."""
+    arms = {}
+    for name, data in curves.items():
+        metrics = report.seed_metrics(data)
+        weights = data.get("weight_mean") or []
+        last = [
+            next((row[i] for row in reversed(weights) if row[i] is not None), None)
+            for i in range(len(data["seeds"]))
+        ]
+        arms[name] = {
+            "seeds": data["seeds"],
+            "auc": metrics["auc"],
+            "final": metrics["final"],
+            "weight_mean_last": last,
+            "eval_steps": data["steps"],
+            "returns": data["returns"],
+        }
+    return arms
+
+
+def sb3_results(sb3: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The Stable-Baselines3 comparison's arms in the same form (its JSON holds them per arm)."""
+    arms = sb3.get("arms", sb3)
+    keys = ("seeds", "auc", "final", "weight_mean_last", "eval_steps", "returns")
+    return {name: {k: data[k] for k in keys if k in data} for name, data in arms.items()}
+
+
+def baselines(protocol: dict[str, Any], env: str, arms: list[str]) -> dict[str, str]:
+    """``{arm: its baseline}`` for the arms that have one."""
+    if env == SB3_ENV:
+        base = protocol["sb3"]["baseline"]
+        return {a: base for a in arms if a != base}
+    registered = protocol["envs"][env]["arms"]
+    return {a: registered[a]["baseline"] for a in arms if registered.get(a, {}).get("baseline")}
+
+
+def verdict_sentence(comparisons: dict[str, dict[str, Any]], bases: dict[str, str]) -> str:
+    """One sentence per environment: each arm's verdict against its baseline, with the interval."""
+    parts = []
+    for arm, c in comparisons.items():
+        point, low, high = c["difference"]
+        parts.append(
+            f"{arm} vs {bases[arm]}: {c['verdict']} (AUC IQM difference {point:+.1f}, "
+            f"95% CI {low:+.1f} to {high:+.1f})"
+        )
+    return "; ".join(parts) + "."
+
+
+def gather(config: ReportConfig) -> dict[str, Any]:
+    """The results JSON (see the module's docstring)."""
+    protocol = load_protocol()
+    envs: dict[str, dict[str, Any]] = {}
+    for env in protocol["envs"]:
+        path = Path(config.runs) / f"{env.replace('/', '_')}.json"
+        if path.exists():
+            envs[env] = arm_results(json.loads(path.read_text()))
+    if config.sb3 is not None:
+        envs[SB3_ENV] = sb3_results(json.loads(Path(config.sb3).read_text()))
+    if not envs:
+        raise ValueError(
+            f"runs should hold <env>.json files of the registered environments, but got runs={config.runs!r}"
+        )
+    aggregates, comparisons, verdicts = {}, {}, {}
+    for env, arms in envs.items():
+        aggregates[env] = {
+            arm: {
+                "auc_iqm": rl_metrics.iqm_interval(_finite(data["auc"])),
+                "final_iqm": rl_metrics.iqm_interval(_finite(data["final"])),
+            }
+            for arm, data in arms.items()
+        }
+        bases = baselines(protocol, env, list(arms))
+        comparisons[env] = {
+            arm: rl_metrics.compare(_finite(arms[arm]["auc"]), _finite(arms[base]["auc"]))
+            for arm, base in bases.items()
+            if base in arms
+        }
+        verdicts[env] = verdict_sentence(comparisons[env], bases)
+    return {
+        "protocol": protocol,
+        "envs": envs,
+        "aggregates": aggregates,
+        "comparisons": comparisons,
+        "verdict": verdicts,
+    }
+
+
+def _finite(values: list[float | None]) -> list[float]:
+    return [float(v) for v in values if v is not None and np.isfinite(v)]
+
+
+def markdown(results: dict[str, Any], command: str) -> str:
+    """The table: per environment and arm, the AUC and final IQMs with their intervals, the mean
+    weight at the end, and the test against the baseline."""
+    lines = [
+        "# Prioritized against uniform replay: results of the registered comparison",
+        "",
+        f"Written by `{command}` from the runs of "
+        "`python -m recipes.studies per-vs-uniform run`; the protocol "
+        "is `recipes/studies/configs/per_vs_uniform.yaml` (copied into the JSON) and "
+        "`docs/recipes/per_vs_uniform.md`.",
+        "",
+    ]
+    for env, arms in results["envs"].items():
+        lines += [f"## {env}", "", f"Verdict: {results['verdict'][env]}", ""]
+        rows = []
+        for arm, data in arms.items():
+            agg = results["aggregates"][env][arm]
+            c = results["comparisons"][env].get(arm)
+            weights = _finite(data.get("weight_mean_last", []))
+            rows.append(
+                (
+                    arm,
+                    len(data["seeds"]),
+                    _ci(agg["auc_iqm"]),
+                    _ci(agg["final_iqm"]),
+                    f"{np.mean(weights):.3f}" if weights else "–",
+                    "–" if c is None else f"{_ci(c['difference'], signed=True)} → {c['verdict']}",
+                    "–" if c is None else f"{c['welch_p']:.3f}",
+                )
+            )
+        lines.append(
+            outputs.markdown_table(
+                [
+                    "arm",
+                    "seeds",
+                    "AUC, IQM [95% CI]",
+                    "final, IQM [95% CI]",
+                    "mean weight at the end",
+                    "AUC IQM − baseline [95% CI] → verdict",
+                    "Welch p",
+                ],
+                rows,
+            )
+        )
+        lines += ["", "Per seed (AUC / final):", ""]
+        lines.append(
+            outputs.markdown_table(
+                ["arm", "AUC per seed", "final per seed"],
+                [
+                    (arm, ", ".join(_num(v) for v in d["auc"]), ", ".join(_num(v) for v in d["final"]))
+                    for arm, d in arms.items()
+                ],
+            )
+        )
+        lines.append("")
+    lines += ["![per_vs_uniform](per_vs_uniform.png)", ""]
+    return "\n".join(lines)
+
+
+def _num(value: float | None) -> str:
+    return "–" if value is None or not np.isfinite(value) else f"{value:.1f}"
+
+
+def _ci(values: list[float], signed: bool = False) -> str:
+    point, low, high = values
+    f = "{:+.1f}" if signed else "{:.1f}"
+    return f"{f.format(point)} [{f.format(low)}, {f.format(high)}]"
+
+
+def tick_label(arm: str) -> str:
+    """``uniform lr_divisor=4`` as ``uniform\nη/4``, ``proportional lr_divisor=1`` as ``proportional\nη``."""
+    name, _, divisor = arm.partition(" lr_divisor=")
+    if not divisor:
+        return arm
+    return f"{name}\nη" if float(divisor) == 1.0 else f"{name}\nη/{float(divisor):g}"
+
+
+def plot(results: dict[str, Any], path: Path) -> Path:
+    """One panel per environment: each seed's AUC (dots) and the arm's IQM with its interval (bar)."""
+    envs = list(results["envs"])
+    with outputs.figure(path, figsize=(4.2 * len(envs), 3.8), ncols=len(envs)) as (_, axes):
+        for ax, env in zip(np.atleast_1d(axes), envs, strict=True):
+            arms = results["envs"][env]
+            for x, (arm, data) in enumerate(arms.items()):
+                point, low, high = results["aggregates"][env][arm]["auc_iqm"]
+                values = _finite(data["auc"])
+                jitter = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else [0.0]
+                ax.scatter(x + np.asarray(jitter), values, s=10, color="gray", alpha=0.7, zorder=2)
+                ax.errorbar(
+                    x, point, yerr=[[point - low], [high - point]], fmt="o", color="C0", capsize=4, zorder=3
+                )
+            ax.set_xticks(range(len(arms)))
+            ax.set_xticklabels([tick_label(a) for a in arms], fontsize=7)
+            ax.set_title(env, fontsize=9)
+            ax.set_ylabel("AUC: mean evaluation score over the run")
+            ax.grid(True, axis="y", alpha=0.3)
+    return path
+
+
+def write_report(config: ReportConfig, argv: list[str]) -> dict[str, Any]:
+    """``report``: the JSON, the table and the plot."""
+    results = gather(config)
+    out = Path(config.out)
+    command = outputs.argv_command("python -m recipes.studies per-vs-uniform report", argv)
+
+    def figures(_: Path) -> list[Path]:
+        return [plot(results, out.with_suffix(".png"))]
+
+    outputs.write_results(
+        out.parent, out.name, results, markdown(results, command), figures, compact_lists=True
+    )
+    for env, sentence in results["verdict"].items():
+        print(f"{env}: {sentence}")
+    return results
+
+
+COMMANDS = {
+    "run": "train the registered arms x seeds of some environments (per environment: JSON, table, plots)",
+    "report": "gather every environment's runs into one JSON, table and plot, with the verdicts",
+}
+"""The study's commands and their summaries (``--help`` lists them)."""
+EPILOG = (
+    "The protocol: recipes/studies/configs/per_vs_uniform.yaml; its prose: docs/recipes/per_vs_uniform.md."
+)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """``python -m recipes.studies per-vs-uniform run|report [options]``."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    prog = "python -m recipes.studies per-vs-uniform"
+    command, options = cli.subcommand(argv or ["--help"], COMMANDS, prog=prog, epilog=EPILOG)
+    if command == "run":
+        return run(cli.parse(RunConfig, options, prog=f"{prog} run", epilog=EPILOG), options)
+    return write_report(cli.parse(ReportConfig, options, prog=f"{prog} report", epilog=EPILOG), options)

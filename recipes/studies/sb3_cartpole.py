@@ -1,0 +1,440 @@
+"""Stable-Baselines3 DQN on CartPole-v1: uniform replay vs prioritized (proportional, rank).
+
+Algorithm (Schaul et al. 2016, Algorithm 1 inside SB3's DQN): every arm is SB3's ``DQN`` with the
+RL Zoo's CartPole-v1 hyper-parameters; the prioritized arms are ``prisample.sb3.PrioritizedDQN``,
+which draws each transition with ``P(i) = p_i^α / Σ_k p_k^α`` (Eq. 1, ``p_i = |δ_i| + ε``), weights
+its Huber loss by ``w_i = (N · P(i))^-β / max_j w_j`` (Sec. 3.4, the maximum over the batch, β
+annealed linearly to 1 over the run) and writes ``|δ_i|`` back as its priority.  α and β₀ are the
+paper's (App. B.2.1: proportional α = 0.6, β₀ = 0.4; rank α = 0.7, β₀ = 0.5); ε = 0.01 and the
+batch maximum are the adapter's defaults (``ARMS`` names the source of each value).
+
+Metrics, per seed: every ``eval_every`` steps, and once more at the end, the greedy policy plays
+``eval_episodes`` episodes on an evaluation environment of its own (seeded from the run's seed);
+``auc`` is the mean of these evaluation scores (the area under the evaluation curve divided by its
+length), ``final`` the last one (the final policy), ``weight_mean_last`` the mean importance weight
+over the last 100 batches (``PrioritizedDQN.weight_mean``; 1 for uniform replay).  Across seeds:
+the interquartile mean with a 95 % stratified-bootstrap interval (``recipes/dqn/stats.py``).
+Learning curves of the training episodes' returns are kept as well.
+
+Hyper-parameters: DLR-RM/rl-baselines3-zoo ``hyperparams/dqn.yml``, entry ``CartPole-v1``
+("Almost Tuned"; commit 22e3ff2, April 2026): 5·10⁴ steps, lr 2.3e-3, batch 64, buffer 10⁵,
+learning_starts 1000, γ 0.99, target_update_interval 10, train_freq 256, gradient_steps 128,
+exploration_fraction 0.16, exploration_final_eps 0.04, net_arch [256, 256].
+
+    python -m recipes.studies sb3-cartpole --run                             # runs/sb3_cartpole.{json,png,md}
+    python -m recipes.studies sb3-cartpole --seeds 2 --timesteps 2000        # a quick check
+    python -m recipes.studies sb3-cartpole --run --jobs 2                    # two runs at a time
+
+Without arguments it prints its usage and runs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3 import DQN
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.monitor import Monitor
+from tqdm import tqdm
+
+from prisample.sb3 import PrioritizedDQN
+from recipes.common import cli, outputs, rl_metrics
+from recipes.dqn import stats as atari_stats
+
+PROG = "python -m recipes.studies sb3-cartpole"
+ENV_ID = "CartPole-v1"
+ZOO_SOURCE = "DLR-RM/rl-baselines3-zoo hyperparams/dqn.yml, CartPole-v1 (commit 22e3ff2)"
+ZOO_CARTPOLE: dict[str, Any] = {
+    "learning_rate": 2.3e-3,
+    "batch_size": 64,
+    "buffer_size": 100_000,
+    "learning_starts": 1000,
+    "gamma": 0.99,
+    "target_update_interval": 10,
+    "train_freq": 256,
+    "gradient_steps": 128,
+    "exploration_fraction": 0.16,
+    "exploration_final_eps": 0.04,
+    "policy_kwargs": {"net_arch": [256, 256]},
+}
+ARMS: dict[str, tuple[str, dict[str, Any] | None]] = {
+    "uniform": ("SB3 DQN, uniform replay", None),
+    "proportional": (
+        "PrioritizedDQN, proportional",
+        {
+            "backend": "proportional",
+            "alpha": 0.6,  # Schaul et al. 2016, App. B.2.1 (proportional)
+            "beta": 0.4,  # ibid., β₀, annealed to 1 (PrioritizedDQN's beta_final)
+            "eps": 0.01,  # prisample.sb3 default: the DQN recipe's weight ablation (arms/proportional.yaml)
+            "weight_norm": "batch",  # prisample.sb3 default: DQN Zoo replay.py (normalize=True), Dopamine
+        },
+    ),
+    "rank": (
+        "PrioritizedDQN, rank-based",
+        {
+            "backend": "rank",
+            "alpha": 0.7,  # Schaul et al. 2016, App. B.2.1 (rank-based)
+            "beta": 0.5,  # ibid., β₀, annealed to 1 (PrioritizedDQN's beta_final)
+            "eps": 0.01,  # prisample.sb3 default (no effect on rank-based P(i), which uses ranks only)
+            "weight_norm": "batch",  # prisample.sb3 default: DQN Zoo replay.py (normalize=True), Dopamine
+        },
+    ),
+}
+EVAL_SEED_OFFSET = 10_000
+"""The evaluation environment of seed ``s`` is reset once with seed ``10_000 + s``."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """One comparison: each arm on the same seeds (environment, network initialisation, replay)."""
+
+    seeds: int = 5
+    """Independent runs per arm (seeds 0 .. seeds-1)."""
+    timesteps: int = 50_000
+    """Environment steps per run (the zoo's n_timesteps; SB3 rounds up to whole rollouts of 256)."""
+    arms: str = "uniform,proportional,rank"
+    """Comma list of arms: uniform, proportional, rank."""
+    eval_every: int = 5_000
+    """Steps between evaluations of the greedy policy (one more evaluates the final policy)."""
+    eval_episodes: int = 10
+    """Greedy episodes per evaluation."""
+    curve_points: int = 50
+    """Points of the training-return curves (evenly spaced over the run)."""
+    curve_window: int = 10
+    """Each curve point: the mean return of the last this many training episodes."""
+    jobs: int = 1
+    """Runs at a time, each in its own process with one torch thread."""
+    out: str = "runs/sb3_cartpole"
+    """Output prefix: writes <out>.json, <out>.png and <out>.md."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):  # every count
+            value = getattr(self, f.name)
+            if type(f.default) is int and not value >= 1:
+                raise ValueError(f"{f.name} should be >= 1, but got {f.name}={value!r}")
+        unknown = [a for a in self.arm_list if a not in ARMS]
+        if unknown or not self.arm_list:
+            raise ValueError(f"arms should be a comma list of {list(ARMS)}, but got arms={self.arms!r}")
+
+    @property
+    def arm_list(self) -> list[str]:
+        return [a.strip() for a in self.arms.split(",") if a.strip()]
+
+    @property
+    def steps_per_run(self) -> int:
+        """``timesteps`` rounded up to whole rollouts: SB3 collects ``train_freq`` steps at a time."""
+        rollout: int = ZOO_CARTPOLE["train_freq"]
+        return math.ceil(self.timesteps / rollout) * rollout
+
+    @property
+    def eval_steps(self) -> list[int]:
+        """Steps of the evaluations: every ``eval_every`` before ``timesteps``, then the run's end."""
+        return [*range(self.eval_every, self.timesteps, self.eval_every), self.steps_per_run]
+
+
+# -- one run ----------------------------------------------------------------------------------------
+
+
+def train_one(cfg: Config, arm: str, seed: int, bar: tqdm[Any] | None = None) -> dict[str, Any]:
+    """One run: learn with periodic evaluations, then score the final greedy policy."""
+    _, buffer_kwargs = ARMS[arm]
+    common = dict(ZOO_CARTPOLE, seed=seed, device="cpu", verbose=0)
+    if buffer_kwargs is None:
+        model: DQN = DQN("MlpPolicy", ENV_ID, **common)
+    else:
+        # PER: the only change: the prioritized buffer and the weighted loss with |δ| fed back.
+        model = PrioritizedDQN(
+            "MlpPolicy", ENV_ID, replay_buffer_kwargs={**buffer_kwargs, "seed": seed}, **common
+        )
+    evaluator = GreedyEvaluator(seed, cfg.eval_episodes)
+    episodes = EpisodeReturns(bar)
+    evaluations = PeriodicEvaluation(cfg.eval_steps[:-1], evaluator)
+    start = time.perf_counter()
+    model.learn(cfg.timesteps, callback=CallbackList([episodes, evaluations]))
+    seconds = time.perf_counter() - start
+    final_returns = evaluator(model)  # the final policy, after the last training rollout
+    evaluator.close()
+    scores = [*evaluations.scores, float(np.mean(final_returns))]
+    points = np.linspace(cfg.timesteps / cfg.curve_points, cfg.timesteps, cfg.curve_points).round()
+    weight_mean = model.weight_mean if isinstance(model, PrioritizedDQN) else 1.0  # uniform: all w = 1
+    return {
+        "seed": seed,
+        "auc": float(np.mean(scores)),
+        "final": scores[-1],
+        "weight_mean_last": None if math.isnan(weight_mean) else weight_mean,  # None: no batch drawn
+        "eval_steps": [*evaluations.steps, int(model.num_timesteps)],
+        "eval_curve": scores,
+        "eval_mean_return": scores[-1],
+        "eval_returns": final_returns,
+        "train_seconds": round(seconds, 2),  # learn(), the periodic evaluations included
+        "train_episodes": len(episodes.episodes),
+        "curve_steps": points.astype(int).tolist(),
+        "curve": learning_curve(episodes.episodes, points, cfg.curve_window),
+    }
+
+
+class GreedyEvaluator:
+    """``evaluator(model)``: the returns of ``episodes`` greedy episodes on an environment of its own,
+    reset once with seed ``EVAL_SEED_OFFSET + seed`` (later evaluations continue its RNG), so every
+    arm meets the same start states at the same evaluation."""
+
+    def __init__(self, seed: int, episodes: int) -> None:
+        self.env = Monitor(gym.make(ENV_ID))
+        self.env.reset(seed=EVAL_SEED_OFFSET + seed)
+        self.episodes = episodes
+
+    def __call__(self, model: DQN) -> list[float]:
+        # deterministic=True: DQN.predict acts greedily and draws no random number, so evaluating
+        # does not change the training run.
+        returns, _ = evaluate_policy(
+            model, self.env, n_eval_episodes=self.episodes, deterministic=True, return_episode_rewards=True
+        )
+        assert isinstance(returns, list)  # return_episode_rewards: one return per episode
+        return [float(r) for r in returns]
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class PeriodicEvaluation(BaseCallback):
+    """Scores the greedy policy when the run passes each of ``at`` (SB3 trains between rollouts, so
+    an evaluation sees the policy of the last rollout that ended before it)."""
+
+    def __init__(self, at: Sequence[int], evaluate: Callable[[DQN], list[float]]) -> None:
+        super().__init__()
+        self.at, self.evaluate = list(at), evaluate
+        self.steps: list[int] = []
+        self.scores: list[float] = []
+
+    def _on_step(self) -> bool:
+        if len(self.steps) < len(self.at) and self.num_timesteps >= self.at[len(self.steps)]:
+            assert isinstance(self.model, DQN)
+            self.scores.append(float(np.mean(self.evaluate(self.model))))
+            self.steps.append(self.num_timesteps)
+        return True
+
+
+class EpisodeReturns(BaseCallback):
+    """Records ``(timestep, return)`` of each training episode (SB3's Monitor info) and moves a bar."""
+
+    def __init__(self, bar: tqdm[Any] | None = None) -> None:
+        super().__init__()
+        self.bar = bar
+        self.episodes: list[tuple[int, float]] = []
+
+    def _on_step(self) -> bool:
+        for info in self.locals["infos"]:
+            if "episode" in info:
+                self.episodes.append((self.num_timesteps, float(info["episode"]["r"])))
+        if self.bar is not None:
+            self.bar.update(self.training_env.num_envs)
+        return True
+
+
+def learning_curve(episodes: list[tuple[int, float]], points: np.ndarray, window: int) -> list[float | None]:
+    """At each point ``t``: the mean return of the last ``window`` episodes finished by ``t``."""
+    steps = np.array([s for s, _ in episodes], dtype=np.int64)
+    returns = np.array([r for _, r in episodes])
+    curve: list[float | None] = []
+    for t in points:
+        done = returns[steps <= t][-window:]
+        curve.append(float(done.mean()) if done.size else None)
+    return curve
+
+
+# -- the comparison ---------------------------------------------------------------------------------
+
+
+def run(cfg: Config) -> dict[str, Any]:
+    """Every arm on every seed; per arm the per-seed metrics and their IQM across seeds."""
+    tasks = [(arm, seed) for arm in cfg.arm_list for seed in range(cfg.seeds)]
+    done = run_in_process(cfg, tasks) if cfg.jobs == 1 else run_in_pool(cfg, tasks)
+    arms: dict[str, Any] = {}
+    for arm in cfg.arm_list:
+        runs = [done[(arm, seed)] for seed in range(cfg.seeds)]
+        auc, final = [r["auc"] for r in runs], [r["final"] for r in runs]
+        arms[arm] = {
+            "label": ARMS[arm][0],
+            "replay": ARMS[arm][1] or "uniform",
+            "seeds": [r["seed"] for r in runs],
+            "auc": auc,
+            "final": final,
+            "weight_mean_last": [r["weight_mean_last"] for r in runs],
+            "auc_iqm": iqm_interval(auc),
+            "final_iqm": iqm_interval(final),
+            "eval_steps": runs[0]["eval_steps"],
+            "eval_curves": [r["eval_curve"] for r in runs],
+            "eval_mean_return": float(np.mean(final)),
+            "eval_std_return": float(np.std(final)),
+            "runs": runs,
+        }
+    return {"config": asdict(cfg), "hyperparameters": ZOO_CARTPOLE, "source": ZOO_SOURCE, "arms": arms}
+
+
+def iqm_interval(values: list[float]) -> list[float]:
+    """``[IQM, low, high]`` across seeds: the 95 % stratified-bootstrap interval of Agarwal et al. 2021."""
+    point, low, high = atari_stats.stratified_bootstrap_ci({ENV_ID: values}, atari_stats.iqm, seed=0)
+    return [point, low, high]
+
+
+def run_in_process(cfg: Config, tasks: list[tuple[str, int]]) -> dict[tuple[str, int], dict[str, Any]]:
+    torch.set_num_threads(1)  # two shared cores; also keeps runs reproducible
+    done = {}
+    with tqdm(total=len(tasks) * cfg.steps_per_run, desc="sb3_cartpole", unit="step") as bar:
+        for arm, seed in tasks:
+            bar.set_postfix_str(f"{arm} seed {seed}")
+            done[(arm, seed)] = train_one(cfg, arm, seed, bar)
+    return done
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def run_in_pool(cfg: Config, tasks: list[tuple[str, int]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """``cfg.jobs`` runs at a time in fresh (spawned) processes, one torch thread each; the results
+    are the in-process ones (every run is seeded)."""
+    done = {}
+    context = multiprocessing.get_context("spawn")
+    workers = min(cfg.jobs, len(tasks))
+    with (
+        ProcessPoolExecutor(workers, mp_context=context, initializer=_one_thread) as pool,
+        tqdm(total=len(tasks), desc="sb3_cartpole", unit="run") as bar,
+    ):
+        futures = {pool.submit(train_one, cfg, arm, seed): (arm, seed) for arm, seed in tasks}
+        for future in as_completed(futures):
+            done[futures[future]] = future.result()
+            bar.set_postfix_str("{} seed {}".format(*futures[future]))
+            bar.update()
+    return done
+
+
+# -- outputs ----------------------------------------------------------------------------------------
+
+
+def write_plot(result: dict[str, Any], path: Path) -> Path:
+    """Left: training return (last ``curve_window`` episodes); right: the evaluation curve.  Mean ±
+    std over seeds."""
+    with outputs.figure(path, figsize=(11.0, 4.0), ncols=2) as (fig, (left, right)):
+        for arm in result["arms"].values():
+            label = f"{arm['label']} ({len(arm['runs'])} seeds)"
+            steps = np.array(arm["runs"][0]["curve_steps"])
+            curves = np.array([[math.nan if v is None else v for v in r["curve"]] for r in arm["runs"]])
+            mean, std = rl_metrics.seed_mean_std(curves)
+            left.plot(steps, mean, label=label)
+            left.fill_between(steps, mean - std, mean + std, alpha=0.2)
+            evals = np.array(arm["eval_curves"])
+            mean, std = evals.mean(axis=0), evals.std(axis=0)
+            right.plot(arm["eval_steps"], mean, marker="o", ms=3, label=label)
+            right.fill_between(arm["eval_steps"], mean - std, mean + std, alpha=0.2)
+        left.set_xlabel("environment steps")
+        left.set_ylabel(f"training return (last {result['config']['curve_window']} episodes)")
+        right.set_xlabel("environment steps")
+        right.set_ylabel(f"greedy return ({result['config']['eval_episodes']} episodes)")
+        right.legend(loc="lower right", fontsize=8)
+        fig.suptitle("SB3 DQN on CartPole-v1: uniform vs prioritized replay")
+    return path
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    cfg = result["config"]
+    lines = [
+        f"SB3 DQN on CartPole-v1, {cfg['timesteps']} steps, hyper-parameters of {result['source']}. "
+        f"Greedy policy evaluated every {cfg['eval_every']} steps and at the end, mean return of "
+        f"{cfg['eval_episodes']} episodes (max 500); AUC: the mean over the evaluations; final: the last "
+        "evaluation; IQM across seeds with its 95 % stratified-bootstrap interval; w̄: the mean "
+        "importance weight of the last 100 batches.",
+        "",
+    ]
+    if "command" in result:
+        lines[1:1] = ["", f"Command: `{result['command']}`"]
+    rows = []
+    for arm in result["arms"].values():
+        replay = arm["replay"] if isinstance(arm["replay"], str) else _replay_text(arm["replay"])
+        weights = [w for w in arm["weight_mean_last"] if w is not None]
+        seconds = np.mean([r["train_seconds"] for r in arm["runs"]])
+        rows.append(
+            [
+                arm["label"],
+                replay,
+                _interval(arm["auc_iqm"]),
+                ", ".join(f"{v:.1f}" for v in arm["auc"]),
+                _interval(arm["final_iqm"]),
+                ", ".join(f"{v:.1f}" for v in arm["final"]),
+                f"{np.mean(weights):.3g}" if weights else "–",
+                f"{seconds:.0f}",
+            ]
+        )
+    headers = ["arm", "replay", "AUC, IQM [95% CI]", "AUC per seed", "final, IQM [95% CI]"]
+    headers += ["final per seed", "w̄ at the end", "s per run (with evaluations)"]
+    return "\n".join([*lines, outputs.markdown_table(headers, rows)]) + "\n"
+
+
+def _interval(values: list[float]) -> str:
+    point, low, high = values
+    return f"{point:.1f} [{low:.1f}, {high:.1f}]"
+
+
+def _replay_text(kwargs: dict[str, Any]) -> str:
+    return ", ".join(f"{key} {value}" for key, value in kwargs.items())
+
+
+def write_outputs(result: dict[str, Any], out: Path) -> str:
+    """``<out>.json``, ``<out>.png`` and ``<out>.md``; the table."""
+    table = markdown_table(result)
+    outputs.write_results(
+        out.parent,
+        out.name,
+        result,
+        table,
+        figure=lambda to: write_plot(result, to / f"{out.name}.png"),
+        indent=2,
+    )
+    return table
+
+
+# -- command line -----------------------------------------------------------------------------------
+
+
+def parse(argv: Sequence[str] | None) -> Config:
+    """The config of the command line; no argument at all prints the usage and exits (status 2), so
+    that a bare command does not start an hour-long run: ``--run`` runs the defaults."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--run", action="store_true", help="run (needed only when no other option is given)")
+    cli.add_field_options(parser, Config)
+    if not args:
+        parser.print_usage(sys.stderr)
+        print(
+            f"{PROG}: nothing run: pass --run for the default comparison ({Config().seeds} seeds × "
+            f"{Config().timesteps:,} steps per arm) or any option; --help lists them",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    options = vars(parser.parse_args(args))
+    options.pop("run")
+    try:
+        return Config(**options)
+    except ValueError as error:
+        parser.error(str(error))
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = list(sys.argv[1:] if argv is None else argv)
+    cfg = parse(args)
+    result = {**run(cfg), "command": outputs.argv_command(PROG, args)}
+    print(write_outputs(result, Path(cfg.out)))
+    return result
