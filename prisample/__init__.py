@@ -1,11 +1,15 @@
 """prisample: prioritized sampling (Schaul et al. 2016) for supervised and reinforcement learning."""
 
-from prisample.corrections import CorrectedSampler
 from prisample.data import IndexedDataset
-from prisample.laber import LaBER, LargeBatchDraw
-from prisample.losses import lap_loss, lap_priorities, pal_loss
-from prisample.replay import PrioritizedReplay, ReplayMemory
-from prisample.rules import (
+from prisample.methods.laber import LaBER, LargeBatchDraw
+from prisample.methods.lap import lap_loss, lap_priorities, pal_loss
+from prisample.methods.offpolicy_corrections import CorrectedSampler
+from prisample.methods.online_selection import (
+    OnlineBatchSelection,
+    loshchilov_hutter_priorities,
+    loshchilov_hutter_probabilities,
+)
+from prisample.methods.predecessor import (
     StalenessBonus,
     asymmetric_priorities,
     predecessor_boost,
@@ -13,12 +17,8 @@ from prisample.rules import (
     ring_predecessors,
     sequence_priority,
 )
+from prisample.replay import PrioritizedReplay, ReplayMemory
 from prisample.sampler import Draw, PrioritizedSampler
-from prisample.selection import (
-    OnlineBatchSelection,
-    loshchilov_hutter_priorities,
-    loshchilov_hutter_probabilities,
-)
 from prisample.weights import LinearSchedule, importance_weights
 
 __all__ = [

@@ -3,7 +3,8 @@ Experience Replay") as a ``torch.utils.data.Sampler[int]``; ``Draw``, the batch 
 
 The distributions are ``prisample/backends.py``'s, the importance weights and the β schedule
 ``prisample/weights.py``'s, the checkpoint format ``prisample/_sampler_state.py``'s, and per-slot
-correction factors (Sec. 6) :class:`~prisample.CorrectedSampler`'s (``prisample/corrections.py``).
+correction factors (Sec. 6) :class:`~prisample.CorrectedSampler`'s
+(``prisample/methods/offpolicy_corrections.py``).
 """
 
 from __future__ import annotations

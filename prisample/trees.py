@@ -36,7 +36,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from prisample._prefetch import prefetch
+from prisample._cache_hints import prefetch
 
 _NO_SLOT = -1
 BRANCH = 8

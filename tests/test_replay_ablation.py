@@ -17,7 +17,7 @@ pytest.importorskip("cloudpickle")
 
 import recipes.atari_ddqn as ddqn
 from prisample import LaBER
-from prisample.losses import lap_loss
+from prisample.methods.lap import lap_loss
 from recipes.atari_ddqn import (
     LABER_EPS,
     double_dqn_td_error,

@@ -26,7 +26,7 @@ from prisample.replay.frames import FramePool
 from prisample.replay.memory import STATE_VERSION, CheckedState, Inserted, ReplayMemory
 from prisample.replay.prefetch import Prefetcher
 from prisample.replay.prioritized import REPLAY_STATE_VERSION, PrioritizedReplay
-from prisample.vector_env import VectorStepConverter
+from prisample.replay.vector_env import VectorStepConverter
 
 __all__ = [
     "REPLAY_STATE_VERSION",

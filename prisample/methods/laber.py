@@ -30,7 +30,7 @@ from prisample._validation import (
     generator_from_state,
     short_repr,
 )
-from prisample.variants import _check, _reals
+from prisample.methods.rejection import _check, _reals
 
 LABER_NORMS = ("mean", "max", "lazy")
 

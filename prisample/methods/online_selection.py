@@ -25,8 +25,8 @@ import numpy as np
 import numpy.typing as npt
 
 from prisample._validation import as_indices, check_positive_int, check_real
+from prisample.methods.rejection import _check, _reals
 from prisample.sampler import PrioritizedSampler
-from prisample.variants import _check, _reals
 
 
 def _pressure(value: Any) -> float:

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from prisample._validation import as_indices, check_positive_int, check_real, short_repr, to_numpy
-from prisample.variants import _check, _reals
+from prisample.methods.rejection import _check, _reals
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
