@@ -1,17 +1,18 @@
 """prisample: prioritized sampling (Schaul et al. 2016) for supervised and reinforcement learning."""
 
 from prisample.data import IndexedDataset
-from prisample.methods.laber import LaBER, LargeBatchDraw
-from prisample.methods.lap import lap_loss, lap_priorities, pal_loss
-from prisample.methods.offpolicy_corrections import CorrectedSampler
-from prisample.methods.online_selection import (
+from prisample.methods import (
+    CorrectedSampler,
+    LaBER,
+    LargeBatchDraw,
     OnlineBatchSelection,
-    loshchilov_hutter_priorities,
-    loshchilov_hutter_probabilities,
-)
-from prisample.methods.predecessor import (
     StalenessBonus,
     asymmetric_priorities,
+    lap_loss,
+    lap_priorities,
+    loshchilov_hutter_priorities,
+    loshchilov_hutter_probabilities,
+    pal_loss,
     predecessor_boost,
     pser_priorities,
     ring_predecessors,

@@ -44,6 +44,9 @@ from prisample.ledger import DrawLedger
 from prisample.sampler import PrioritizedSampler
 from prisample.weights import LinearSchedule, check_beta
 
+__all__ = ["PrioritizedSamplingCallback", "batch_weights"]
+
+
 _Driver = DrawLedger | DistributedPrioritizedSampler
 _SAMPLERS = (DistributedPrioritizedSampler, DrawLedger, PrioritizedSampler)
 _INDEXED = "wrap the dataset in prisample.IndexedDataset, whose items start with their index"

@@ -38,6 +38,9 @@ import numpy.typing as npt
 
 from prisample._cache_hints import prefetch
 
+__all__ = ["BRANCH", "ArgMaxTree", "PriorityTree", "mass_limit", "padded_size", "top_k"]
+
+
 _NO_SLOT = -1
 BRANCH = 8
 

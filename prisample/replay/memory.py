@@ -39,6 +39,9 @@ from prisample.replay.frames import FramePool, reserve_rows
 from prisample.replay.nstep import NStepAccumulator
 from prisample.replay.vector_env import VectorStepConverter
 
+__all__ = ["STATE_VERSION", "CheckedState", "DTypes", "Inserted", "ReplayMemory"]
+
+
 # ReplayMemory's state; 2 adds n_step, extras, dict observations, the inferred obs_dtype (None
 # until the first add) and the vector-step converter.  Version 1 states still load.
 STATE_VERSION = 2
