@@ -1,24 +1,25 @@
 """prisample: prioritized sampling (Schaul et al. 2016) for supervised and reinforcement learning."""
 
-from prisample.corrections import CorrectedSampler
 from prisample.data import IndexedDataset
-from prisample.laber import LaBER, LargeBatchDraw
-from prisample.losses import lap_loss, lap_priorities, pal_loss
-from prisample.replay import PrioritizedReplay, ReplayMemory
-from prisample.rules import (
+from prisample.methods import (
+    CorrectedSampler,
+    LaBER,
+    LargeBatchDraw,
+    OnlineBatchSelection,
     StalenessBonus,
     asymmetric_priorities,
+    lap_loss,
+    lap_priorities,
+    loshchilov_hutter_priorities,
+    loshchilov_hutter_probabilities,
+    pal_loss,
     predecessor_boost,
     pser_priorities,
     ring_predecessors,
     sequence_priority,
 )
+from prisample.replay import PrioritizedReplay, ReplayMemory
 from prisample.sampler import Draw, PrioritizedSampler
-from prisample.selection import (
-    OnlineBatchSelection,
-    loshchilov_hutter_priorities,
-    loshchilov_hutter_probabilities,
-)
 from prisample.weights import LinearSchedule, importance_weights
 
 __all__ = [

@@ -1,15 +1,27 @@
-"""Sampling distributions over slots, one class each, behind the :class:`Backend` protocol.
+"""Sampling distributions over slots, one class each, behind the :class:`Backend` protocol, and
+the registry that names them.
 
 A backend shares the sampler's raw-priority array (``NaN`` marks an empty slot), keeps its own
 structure in step with it and draws from it; it knows nothing of ``β`` or importance weights.
 ``sample`` returns the drawn slots *and* their per-draw probabilities, the marginal probability
 that one draw returns that slot under stratification.
+
+Every backend class is registered once under its :attr:`~Backend.name`
+(:func:`register_backend`); the sampler's ``backend=`` argument and a checkpoint's ``"backend"``
+are looked up there (:func:`backend_class`).  What the sampler and the methods need to know of a
+distribution they read from its class's capability attributes, never from its name:
+
+* :attr:`~Backend.importance_sampling`: draws are random with the reported ``P(i)``, so
+  importance weights ``(N·P(i))^-β`` apply (False for greedy: the top ``k``, unit weights);
+* :attr:`~Backend.priority_masses`: ``P(i) = (p_i + ε)^α / Σ_k (p_k + ε)^α``, a slot's mass a
+  function of its own priority (proportional): the masses must fit in a float64 sum, and with
+  ``α = 1``, ``ε = 0`` the priorities are the probabilities.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numba
 import numpy as np
@@ -19,6 +31,24 @@ from prisample._validation import short_repr, state_float_array
 from prisample.rank import RankBackend
 from prisample.trees import OK, ArgMaxTree, PriorityTree, mass_limit, top_k
 
+__all__ = [
+    "NO_PRIORITIES",
+    "Backend",
+    "GreedyBackend",
+    "ProportionalBackend",
+    "UniformBackend",
+    "backend_class",
+    "backend_names",
+    "backend_nbytes",
+    "bad_mass",
+    "check_alpha_fits",
+    "check_masses_fit",
+    "mass_error",
+    "register_backend",
+    "restore_backend",
+]
+
+
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
@@ -27,8 +57,17 @@ class Backend(Protocol):
     """What :class:`~prisample.PrioritizedSampler` needs from a distribution.
 
     A backend reads and writes the sampler's raw-priority array (``NaN`` = empty slot) and keeps
-    whatever structure its distribution needs in step with it.
+    whatever structure its distribution needs in step with it.  A class is built as
+    ``cls(raw, alpha, eps)`` (a new distribution over ``raw``) or ``cls.from_state(raw, alpha,
+    eps, state, legacy=...)`` (a saved one), and registered under :attr:`name`.
     """
+
+    name: ClassVar[str]
+    """The ``backend=`` value that selects this class (and a checkpoint's ``"backend"``)."""
+    importance_sampling: ClassVar[bool]
+    """Draws are random with probabilities ``P(i)``: importance weights ``(N·P(i))^-β`` apply."""
+    priority_masses: ClassVar[bool]
+    """``P(i) ∝ (p_i + ε)^α`` (Eq. 1): each mass is a function of the slot's own priority."""
 
     capacity: int
     raw: FloatArray
@@ -58,10 +97,50 @@ class Backend(Protocol):
     def state_dict(self) -> dict[str, Any]:
         """What the raw priorities do not determine (e.g. an order of equal priorities).
 
-        The inverse is each class's ``from_state(raw, alpha, eps, state, legacy=...)``, which
-        validates ``state`` against ``raw`` and builds a new backend without changing anything.
+        The inverse is :meth:`from_state`.
         """
         ...
+
+    def __init__(self, raw: FloatArray, alpha: float, eps: float) -> None: ...
+
+    @classmethod
+    def from_state(
+        cls, raw: FloatArray, alpha: float, eps: float, state: Any, *, legacy: bool = False
+    ) -> Backend:
+        """A backend over ``raw`` restored from :meth:`state_dict` output, after validating
+        ``state`` against ``raw``; changes nothing and raises ``ValueError``/``TypeError`` naming
+        the key otherwise.  ``legacy``: a state saved by a version before the stamps (3)."""
+        ...
+
+
+_REGISTRY: dict[str, type[Backend]] = {}
+BackendType = TypeVar("BackendType", bound=type[Backend])
+
+
+def register_backend(cls: BackendType) -> BackendType:
+    """Register a backend class under its :attr:`~Backend.name` (usable as a class decorator);
+    ``ValueError`` if that name is taken."""
+    name = cls.name
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"cls.name should be a non-empty str, but got name={name!r}")
+    if name in _REGISTRY:
+        raise ValueError(
+            f"backend name should be new, but got name={name!r} (registered: {_REGISTRY[name]!r})"
+        )
+    _REGISTRY[name] = cls
+    return cls
+
+
+def backend_names() -> tuple[str, ...]:
+    """The registered backend names, in registration order."""
+    return tuple(_REGISTRY)
+
+
+def backend_class(name: Any) -> type[Backend]:
+    """The backend class registered as ``name``; ``ValueError`` naming ``backend`` otherwise."""
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise ValueError(f"backend should be one of {backend_names()}, but got backend={short_repr(name)}")
+    return _REGISTRY[name]
 
 
 def bad_mass(values: FloatArray, alpha: float, eps: float, capacity: int) -> int:
@@ -112,11 +191,11 @@ def check_masses_fit(alpha: float, eps: float, capacity: int, raw: FloatArray, n
         )
 
 
-def check_alpha_fits(backend: str, alpha: float, eps: float, raw: FloatArray, value: Any) -> None:
-    """:func:`check_masses_fit` of ``α`` (given as ``value``) for a sampler whose backend is called
-    ``backend``, over its raw priorities ``raw``: only proportional draws use masses, so the
-    priorities held under any other backend are not weighed."""
-    weighed = raw if backend == "proportional" else NO_PRIORITIES
+def check_alpha_fits(backend: type[Backend], alpha: float, eps: float, raw: FloatArray, value: Any) -> None:
+    """:func:`check_masses_fit` of ``α`` (given as ``value``) for a sampler drawing from the class
+    ``backend``, over its raw priorities ``raw``: only backends with
+    :attr:`~Backend.priority_masses` weigh them, the priorities held under any other are not."""
+    weighed = raw if backend.priority_masses else NO_PRIORITIES
     check_masses_fit(alpha, eps, raw.shape[0], weighed, "alpha", value)
 
 
@@ -143,6 +222,10 @@ class ProportionalBackend:
     raises ``ValueError``.
     """
 
+    name: ClassVar[str] = "proportional"
+    importance_sampling: ClassVar[bool] = True
+    priority_masses: ClassVar[bool] = True
+
     def __init__(self, raw: FloatArray, alpha: float, eps: float) -> None:
         self.capacity = int(raw.shape[0])
         self.raw = raw
@@ -161,7 +244,7 @@ class ProportionalBackend:
     ) -> ProportionalBackend:
         """A backend over ``raw`` if ``state`` is ``{}`` and every mass is allowed (see
         :meth:`write`); ``ValueError``/``TypeError`` otherwise."""
-        _check_empty_state(state, "proportional")
+        _check_empty_state(state, cls.name)
         j = bad_mass(raw, alpha, eps, raw.shape[0])
         if j >= 0:
             raise mass_error(raw, j, alpha, eps, raw.shape[0], "priorities")
@@ -243,7 +326,12 @@ class GreedyBackend:
     sampling does not apply, so the sampler gives greedy draws unit weights.
     """
 
-    def __init__(self, raw: FloatArray) -> None:
+    name: ClassVar[str] = "greedy"
+    importance_sampling: ClassVar[bool] = False  # the top k, not a random draw
+    priority_masses: ClassVar[bool] = False
+
+    def __init__(self, raw: FloatArray, alpha: float = 0.0, eps: float = 0.0) -> None:
+        """``alpha`` and ``eps`` play no part: the order of the raw priorities decides."""
         self.capacity = int(raw.shape[0])
         self.raw = raw
         self.tree = ArgMaxTree(raw)
@@ -286,7 +374,7 @@ class GreedyBackend:
     def from_state(
         cls, raw: FloatArray, alpha: float, eps: float, state: Any, *, legacy: bool = False
     ) -> GreedyBackend:
-        _check_empty_state(state, "greedy")
+        _check_empty_state(state, cls.name)
         return cls(raw)
 
 
@@ -317,7 +405,12 @@ class UniformBackend:
     recorded (for diagnostics and :attr:`max_priority`).
     """
 
-    def __init__(self, raw: FloatArray) -> None:
+    name: ClassVar[str] = "uniform"
+    importance_sampling: ClassVar[bool] = True
+    priority_masses: ClassVar[bool] = False
+
+    def __init__(self, raw: FloatArray, alpha: float = 0.0, eps: float = 0.0) -> None:
+        """``alpha`` and ``eps`` play no part: every non-empty slot is equally likely."""
         self.capacity = int(raw.shape[0])
         self.raw = raw
         self.tree = ArgMaxTree(raw)
@@ -392,24 +485,8 @@ class UniformBackend:
         return backend
 
 
-BACKENDS = ("proportional", "rank", "greedy", "uniform")
-
-
-def backend_from_state(
-    name: str, raw: FloatArray, alpha: float, eps: float, state: Any, *, legacy: bool = False
-) -> Backend:
-    """The backend called ``name`` over ``raw``, restored from its ``state_dict`` after full
-    validation against ``raw``; changes nothing and raises ``ValueError``/``TypeError`` naming
-    the key otherwise.  ``legacy``: a state saved by an older version (rank: no stamps)."""
-    if name == "proportional":
-        return ProportionalBackend.from_state(raw, alpha, eps, state, legacy=legacy)
-    if name == "rank":
-        return RankBackend.from_state(raw, alpha, state, legacy=legacy)
-    if name == "greedy":
-        return GreedyBackend.from_state(raw, alpha, eps, state, legacy=legacy)
-    if name == "uniform":
-        return UniformBackend.from_state(raw, alpha, eps, state, legacy=legacy)
-    raise ValueError(f"backend should be one of {BACKENDS}, but got backend={name!r}")
+for _builtin in (ProportionalBackend, RankBackend, GreedyBackend, UniformBackend):
+    register_backend(_builtin)  # in the order the sampler's docs and error messages list them
 
 
 def restore_backend(
@@ -418,8 +495,10 @@ def restore_backend(
     """The raw priorities (a float64 copy of ``priorities``) and the backend called ``name`` over
     them, from a sampler's ``state_dict`` after full validation: ``priorities`` a float array of
     ``capacity`` values, NaN (empty) or finite and ``>= 0``, whose masses fit
-    (:func:`check_masses_fit`); ``state`` the backend's own state (:func:`backend_from_state`).
-    Changes nothing; raises ``ValueError``/``TypeError`` naming the key otherwise."""
+    (:func:`check_masses_fit`); ``state`` the backend's own state (its class's ``from_state``;
+    ``legacy``: a state saved by an older version, rank: no stamps).  Changes nothing; raises
+    ``ValueError``/``TypeError`` naming the key otherwise."""
+    cls = backend_class(name)
     raw = state_float_array(priorities, "priorities", (capacity,))
     bad = np.flatnonzero(~np.isnan(raw) & ~((raw >= 0.0) & (raw < np.inf)))
     if bad.shape[0]:
@@ -427,21 +506,8 @@ def restore_backend(
         raise ValueError(
             f"state_dict priorities should be NaN or finite and >= 0, but got priorities[{j}]={raw[j]!r}"
         )
-    check_alpha_fits(name, alpha, eps, raw, alpha)
-    return raw, backend_from_state(name, raw, alpha, eps, state, legacy=legacy)
-
-
-def make_backend(name: str, raw: FloatArray, alpha: float, eps: float) -> Backend:
-    """The backend called ``name`` over the raw-priority array ``raw``."""
-    if name == "proportional":
-        return ProportionalBackend(raw, alpha, eps)
-    if name == "rank":
-        return RankBackend(raw, alpha)
-    if name == "greedy":
-        return GreedyBackend(raw)
-    if name == "uniform":
-        return UniformBackend(raw)
-    raise ValueError(f"backend should be one of {BACKENDS}, but got backend={name!r}")
+    check_alpha_fits(cls, alpha, eps, raw, alpha)
+    return raw, cls.from_state(raw, alpha, eps, state, legacy=legacy)
 
 
 def backend_nbytes(backend: Backend) -> int:

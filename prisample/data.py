@@ -6,6 +6,8 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
+__all__ = ["IndexedDataset"]
+
 
 class IndexedDataset(Dataset[tuple[Any, ...]]):
     """``IndexedDataset(ds)[i] == (i, *ds[i])`` (a non-tuple item ``x`` gives ``(i, x)``).

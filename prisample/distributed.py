@@ -30,6 +30,8 @@ from prisample.ledger import DrawLedger
 from prisample.sampler import Draw, PrioritizedSampler
 from prisample.weights import LinearSchedule
 
+__all__ = ["DistributedPrioritizedSampler"]
+
 
 def _world(process_group: Any) -> tuple[int, int]:
     """(number of replicas, this rank) of the default or given process group; (1, 0) outside DDP."""

@@ -36,6 +36,9 @@ from prisample._validation import to_numpy
 from prisample.sampler import Draw, PrioritizedSampler, as_batch_indices
 from prisample.weights import LinearSchedule
 
+__all__ = ["MAX_PENDING", "STATE_VERSION", "DrawLedger"]
+
+
 STATE_VERSION = 1
 MAX_PENDING = 1024  # far above any DataLoader's prefetch; bounds a checkpoint's size
 _STATE_KEYS = frozenset({"version", "sampler", "yielded", "pending"})

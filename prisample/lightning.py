@@ -44,6 +44,9 @@ from prisample.ledger import DrawLedger
 from prisample.sampler import INDEXED_HINT, PrioritizedSampler
 from prisample.weights import LinearSchedule, check_beta
 
+__all__ = ["PrioritizedSamplingCallback", "batch_weights"]
+
+
 _Driver = DrawLedger | DistributedPrioritizedSampler
 _SAMPLERS = (DistributedPrioritizedSampler, DrawLedger, PrioritizedSampler)
 _INDEXED = INDEXED_HINT

@@ -45,6 +45,9 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+__all__ = ["FAN", "FAN_LOAD", "HALF", "LOAD", "ROOM", "SortedOrder", "stamp_limit"]
+
+
 ROOM = 64  # pairs a block can hold; a block that fills splits into two halves of HALF
 HALF = ROOM // 2  # pairs every block holds at least, unless it is the only one
 LOAD = 48  # pairs per block after a rebuild

@@ -22,13 +22,16 @@ Two pieces:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numba
 import numpy as np
 import numpy.typing as npt
 
 from prisample.order import SortedOrder, stamp_limit
+
+__all__ = ["RankBackend", "legacy_stamps", "power_law_partition", "power_sum"]
+
 
 _EXACT_TERMS = 256
 
@@ -185,17 +188,23 @@ class RankBackend:
     since the last draw.
     """
 
+    name: ClassVar[str] = "rank"
+    importance_sampling: ClassVar[bool] = True
+    priority_masses: ClassVar[bool] = False  # P(i) depends on the rank, not on p_i itself
+
     def __init__(
         self,
         raw: npt.NDArray[np.float64],
         alpha: float,
+        eps: float = 0.0,
         *,
         resolution: int = 1024,
         stamps: npt.NDArray[np.int64] | None = None,
         next_stamp: int | None = None,
     ) -> None:
         """``stamps`` (``-1`` on empty slots) and ``next_stamp`` restore a saved order; by
-        default the filled slots of ``raw`` are stamped so that ties go to the lower slot."""
+        default the filled slots of ``raw`` are stamped so that ties go to the lower slot.
+        ``eps`` plays no part: adding it to every priority changes no rank."""
         self.capacity = int(raw.shape[0])
         self.alpha = float(alpha)
         self.resolution = int(resolution)
@@ -216,7 +225,7 @@ class RankBackend:
 
     @classmethod
     def from_state(
-        cls, raw: npt.NDArray[np.float64], alpha: float, state: Any, *, legacy: bool = False
+        cls, raw: npt.NDArray[np.float64], alpha: float, eps: float, state: Any, *, legacy: bool = False
     ) -> RankBackend:
         """A backend over ``raw`` (not modified) restored from :meth:`state_dict` output.
 

@@ -58,6 +58,18 @@ from prisample._validation import check_finite_priorities, check_positive_int, t
 from prisample.replay import PrioritizedReplay
 from prisample.weights import WEIGHT_NORMS, LinearSchedule, WeightNorm, check_beta, importance_weights
 
+__all__ = [
+    "RAY_REPLAY_STATE_VERSION",
+    "TRANSITION_FIELDS",
+    "Ref",
+    "RemoteBatch",
+    "RemotePrefetcher",
+    "RemoteReplay",
+    "ReplayShard",
+    "ReplayWriter",
+]
+
+
 RAY_REPLAY_STATE_VERSION = 1
 TRANSITION_FIELDS = ("obs", "action", "reward", "discount", "next_obs")
 """The keys every batch of transitions sent to :meth:`ReplayShard.add` holds; ``episode_end`` and

@@ -3,7 +3,8 @@ Experience Replay") as a ``torch.utils.data.Sampler[int]``; ``Draw``, the batch 
 
 The distributions are ``prisample/backends.py``'s, the importance weights and the β schedule
 ``prisample/weights.py``'s, the checkpoint format ``prisample/_sampler_state.py``'s, and per-slot
-correction factors (Sec. 6) :class:`~prisample.CorrectedSampler`'s (``prisample/corrections.py``).
+correction factors (Sec. 6) :class:`~prisample.CorrectedSampler`'s
+(``prisample/methods/offpolicy_corrections.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from prisample._sampler_state import SamplerState
 from prisample._validation import (
     as_indices,
     as_priorities,
-    check_choice,
     check_integer,
     check_lock,
     check_num_samples,
@@ -35,15 +35,16 @@ from prisample._validation import (
     to_numpy,
 )
 from prisample.backends import (
-    BACKENDS,
     NO_PRIORITIES,
     Backend,
+    backend_class,
     backend_nbytes,
     check_alpha_fits,
     check_masses_fit,
-    make_backend,
 )
 from prisample.weights import LinearSchedule, WeightNorm, as_beta, as_weight_norm, beta_at, weights_unchecked
+
+__all__ = ["STATE_VERSION", "Draw", "PrioritizedSampler", "as_batch_indices"]
 
 INDEXED_HINT = (
     "wrap the dataset in prisample.IndexedDataset so each batch carries its indices, and pass "
@@ -160,7 +161,8 @@ class PrioritizedSampler(Sampler[int]):
         self._eps = check_real(eps, "eps", minimum=0.0)
         check_masses_fit(self._alpha, self._eps, self.capacity, NO_PRIORITIES, "alpha", alpha)
         self.beta = beta
-        self.backend_name = check_choice(backend, "backend", BACKENDS)
+        cls = backend_class(backend)
+        self.backend_name: str = backend
         self.weight_norm = as_weight_norm(weight_norm)
         initial = check_size(size, self.capacity)
         self.batch_size = check_positive_int(batch_size, "batch_size")
@@ -173,7 +175,7 @@ class PrioritizedSampler(Sampler[int]):
         self._iter_count = 0
         self._lag_warned = False
         self._raw = np.full(self.capacity, np.nan)  # raw priorities; NaN marks an empty slot
-        self._backend: Backend = make_backend(backend, self._raw, self._alpha, self._eps)
+        self._backend: Backend = cls(self._raw, self._alpha, self._eps)
         if initial:
             self.add(np.arange(initial))
 
@@ -187,7 +189,7 @@ class PrioritizedSampler(Sampler[int]):
     def alpha(self, value: float) -> None:
         alpha = check_real(value, "alpha", minimum=0.0)
         with self._lock:
-            check_alpha_fits(self.backend_name, alpha, self._eps, self._raw, value)
+            check_alpha_fits(type(self._backend), alpha, self._eps, self._raw, value)
             self._alpha = alpha
             self._backend.set_alpha(alpha)
 
@@ -364,7 +366,7 @@ class PrioritizedSampler(Sampler[int]):
     ) -> npt.NDArray[np.float32]:
         """Hook, called with :attr:`lock` held: the weights of ``slots`` drawn (or asked about)
         with per-draw ``probabilities``, ``(N · P(i))^-β`` normalised by ``weight_norm``."""
-        if self.backend_name == "greedy":
+        if not self._backend.importance_sampling:  # greedy: the top k, no distribution to correct
             return np.ones(probabilities.shape[0], dtype=np.float32)
         min_probability = self._backend.min_probability() if self.weight_norm == "memory" else 1.0
         beta = beta_at(self._beta, self._step)

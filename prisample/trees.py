@@ -36,7 +36,10 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from prisample._prefetch import prefetch
+from prisample._cache_hints import prefetch
+
+__all__ = ["BRANCH", "ArgMaxTree", "PriorityTree", "mass_limit", "padded_size", "top_k"]
+
 
 _NO_SLOT = -1
 BRANCH = 8

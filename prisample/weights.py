@@ -12,6 +12,23 @@ import numpy.typing as npt
 
 from prisample._validation import check_choice, short_repr, to_numpy
 
+__all__ = [
+    "WEIGHT_NORMS",
+    "LinearSchedule",
+    "WeightNorm",
+    "as_beta",
+    "as_weight_norm",
+    "beta_at",
+    "beta_from_state",
+    "beta_to_state",
+    "check_beta",
+    "corrected_weights_unchecked",
+    "importance_weights",
+    "log_memory_max",
+    "weights_unchecked",
+]
+
+
 WeightNorm = Literal["memory", "batch", "none"]
 WEIGHT_NORMS: tuple[str, ...] = ("memory", "batch", "none")
 

@@ -1,4 +1,5 @@
-"""Issue 15: correction factors as their own piece (prisample/corrections.py) over the core sampler.
+"""Issue 15: correction factors as their own piece (prisample/methods/offpolicy_corrections.py) over
+the core sampler.
 
 Checkpoints written before the split load into today's classes and continue bit for bit; the
 public backend methods the piece reads (rank segments, the proportional minimum priority, the

@@ -84,7 +84,7 @@ def prisample_model() -> Any:
             "[`FramePool`][prisample.replay.frames.FramePool]",
         ),
         (  # inherited: documented on the base class
-            "prisample.corrections.CorrectedSampler.add",
+            "prisample.methods.offpolicy_corrections.CorrectedSampler.add",
             ":attr:`max_priority`",
             "[`max_priority`][prisample.sampler.PrioritizedSampler.max_priority]",
         ),

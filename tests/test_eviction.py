@@ -394,7 +394,7 @@ def test_device_mirror_follows_moves() -> None:
 def test_vector_steps_with_skipped_resets_match_the_reference(backend: str) -> None:
     """NextStep autoreset skips the reset step of an ended env, so a vector step writes fewer
     transitions than it has envs: the victims made room for must leave lowest first."""
-    from prisample.vector_env import VectorStepConverter
+    from prisample.replay.vector_env import VectorStepConverter
 
     rng = np.random.default_rng(11)
     envs, capacity = 3, 4

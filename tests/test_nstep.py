@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 
 from prisample import PrioritizedSampler
-from prisample.nstep import NStepAccumulator
+from prisample.replay.nstep import NStepAccumulator
 from tests.state_fuzz import check_load, corrupted_states, states_equal
 
 # ------------------------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prisample.replay import PrioritizedReplay, ReplayMemory, _warn_if_too_large
+from prisample.replay import PrioritizedReplay, ReplayMemory
+from prisample.replay._checks import warn_if_too_large
 
 FRAME = (5, 4)
 
@@ -437,10 +438,10 @@ def test_corrupt_state_is_rejected_before_the_kernels_see_it() -> None:
 
 def test_huge_memory_warns_before_allocating() -> None:
     with pytest.warns(ResourceWarning, match="GiB"):
-        _warn_if_too_large(2**62)  # what ReplayMemory checks before its arrays are allocated
+        warn_if_too_large(2**62)  # what ReplayMemory checks before its arrays are allocated
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _warn_if_too_large(2**20)
+        warn_if_too_large(2**20)
 
 
 def test_stacks_equal_real_atari_stacks() -> None:

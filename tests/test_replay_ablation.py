@@ -17,7 +17,7 @@ pytest.importorskip("cloudpickle")
 
 import recipes.dqn.agent as ddqn
 from prisample import LaBER
-from prisample.losses import lap_loss
+from prisample.methods.lap import lap_loss
 from recipes.dqn.agent import LABER_EPS, double_dqn_td_error, laber_batch, td_loss, weighted_td_loss
 from recipes.dqn.config import load_config
 from recipes.dqn.run import train

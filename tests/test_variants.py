@@ -1,4 +1,5 @@
-"""Off-policy priority helpers (prisample.variants), per-slot correction factors and ``ε = 0``.
+"""Off-policy priority helpers (prisample.methods: rejection, hybrid), per-slot correction factors
+and ``ε = 0``.
 
 Every expected value is computed by hand (or in float64 from the formula written out here).
 """
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from prisample import CorrectedSampler, LinearSchedule, PrioritizedSampler
-from prisample.variants import hybrid_priorities, importance_ratios, rejection_priorities
+from prisample.methods import hybrid_priorities, importance_ratios, rejection_priorities
 from tests.reference import BACKENDS, assert_draws_equal, assert_frequencies, assert_same, draw_counts
 
 torch.set_num_threads(1)

@@ -21,7 +21,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from hypothesis import given, settings
 
 from prisample.replay import PrioritizedReplay
-from prisample.vector_env import VectorStepConverter, VectorTransitions
+from prisample.replay.vector_env import VectorStepConverter, VectorTransitions
 from tests.state_fuzz import check_load, corrupted_states, states_equal
 
 GAMMA = 0.9

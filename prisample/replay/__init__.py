@@ -18,15 +18,20 @@ One job per module:
     under ``PrioritizedReplay(eviction="priority")`` (lowest priority, oldest among equals).
 ``prefetch``
     :class:`Prefetcher`: the next batches drawn and gathered in a background thread.
+``nstep``
+    :class:`~prisample.replay.nstep.NStepAccumulator`: the n-step windows of a memory's slots,
+    completed as transitions arrive.
+``vector_env``
+    :class:`VectorStepConverter`: the steps of a gymnasium vector env as transitions of one
+    episode each.
 """
 
-from prisample.replay._checks import warn_if_too_large as _warn_if_too_large
 from prisample.replay.batch import ReplayBatch
 from prisample.replay.frames import FramePool
 from prisample.replay.memory import STATE_VERSION, CheckedState, Inserted, ReplayMemory
 from prisample.replay.prefetch import Prefetcher
 from prisample.replay.prioritized import REPLAY_STATE_VERSION, PrioritizedReplay
-from prisample.vector_env import VectorStepConverter
+from prisample.replay.vector_env import VectorStepConverter
 
 __all__ = [
     "REPLAY_STATE_VERSION",
@@ -39,5 +44,4 @@ __all__ = [
     "ReplayBatch",
     "ReplayMemory",
     "VectorStepConverter",
-    "_warn_if_too_large",
 ]

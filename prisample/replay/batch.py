@@ -9,6 +9,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+__all__ = ["FIELDS", "Obs", "ReplayBatch"]
+
+
 FIELDS = ("obs", "action", "reward", "discount", "next_obs", "generation")
 
 # An observation batch: an array, or a dict name -> array for dict observations.

@@ -41,6 +41,9 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+__all__ = ["Columns", "DeviceReader", "TorchFrames", "as_device", "torch_dtype"]
+
+
 IntArray = npt.NDArray[np.int64]
 
 _STAGING_BUFFERS = 2  # staged frame buffers in flight (double buffering)

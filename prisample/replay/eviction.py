@@ -26,6 +26,9 @@ from prisample.order import SortedOrder
 from prisample.replay.memory import ReplayMemory
 from prisample.sampler import PrioritizedSampler
 
+__all__ = ["EVICTIONS", "PriorityEviction", "check_eviction"]
+
+
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 

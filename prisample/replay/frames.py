@@ -29,6 +29,9 @@ import torch
 
 from prisample.replay.device import TorchFrames
 
+__all__ = ["POOL_ARRAYS", "FramePool", "FrameStorage", "NumpyFrames", "reserve_rows"]
+
+
 IntArray = npt.NDArray[np.int64]
 FrameStorage = Union["NumpyFrames", TorchFrames]
 _STAGE_RESERVE = 2  # frames one store may stage, per frame of a stack

@@ -5,7 +5,7 @@ preallocated numpy arrays, one slot per transition, written in arrival order and
 first.  Array observations go to a :class:`~prisample.replay.frames.FramePool` (each distinct frame
 once; the ring keeps each transition's pool rows) through its public methods; dict observations
 (gymnasium ``Dict`` spaces) are stored per transition and key.  With ``n_step = n`` an
-:class:`~prisample.nstep.NStepAccumulator` forms each transition's n-step window as its stream moves
+:class:`~prisample.replay.nstep.NStepAccumulator` forms each transition's n-step window as its stream moves
 on.  Every write reports what it evicted and which slots became drawable
 (:meth:`ReplayMemory.insert`), which is what :class:`~prisample.replay.PrioritizedReplay` builds on.
 """
@@ -23,7 +23,6 @@ import numpy as np
 import numpy.typing as npt
 
 from prisample._validation import as_indices, check_positive_int, to_numpy
-from prisample.nstep import NStepAccumulator
 from prisample.replay._checks import (
     as_dtype,
     as_real,
@@ -37,7 +36,11 @@ from prisample.replay._checks import (
 from prisample.replay.batch import FIELDS, ReplayBatch
 from prisample.replay.device import Columns, DeviceReader, TorchFrames, as_device
 from prisample.replay.frames import FramePool, reserve_rows
-from prisample.vector_env import VectorStepConverter
+from prisample.replay.nstep import NStepAccumulator
+from prisample.replay.vector_env import VectorStepConverter
+
+__all__ = ["STATE_VERSION", "CheckedState", "DTypes", "Inserted", "ReplayMemory"]
+
 
 # ReplayMemory's state; 2 adds n_step, extras, dict observations, the inferred obs_dtype (None
 # until the first add) and the vector-step converter.  Version 1 states still load.
@@ -211,7 +214,7 @@ class ReplayMemory:
     1: stack inside the space), and batches hold dicts of arrays.
 
     ``n_step=n`` replays each transition ``t`` as its n-step window (Sutton & Barto 2018, Sec. 7.1;
-    see :mod:`prisample.nstep`): ``reward = Σ_{k<m} (Π_{j<k} γ_{t+j}) r_{t+k}``, ``discount =
+    see :mod:`prisample.replay.nstep`): ``reward = Σ_{k<m} (Π_{j<k} γ_{t+j}) r_{t+k}``, ``discount =
     Π_{k<m} γ_{t+k}``, ``next_obs = s_{t+m}`` with ``m = n``, or fewer where the episode ends
     inside the window; a window never crosses an episode end, a stream boundary or the write head,
     and a transition is drawable (:meth:`drawable`, :meth:`get`) only once its window is complete.
@@ -884,13 +887,13 @@ class ReplayMemory:
         autoreset_mode: Any = None,
         **extras: npt.ArrayLike,
     ) -> IntArray:
-        """Store one step of a gymnasium vector env (see :mod:`prisample.vector_env`); returns
+        """Store one step of a gymnasium vector env (see :mod:`prisample.replay.vector_env`); returns
         the slots (one per env that really stepped, env ``i`` on stream ``i``).
 
         Arguments are what ``envs.step`` took and returned (``obs`` from the step before);
         ``discount = gamma · (1 − terminated)``, ``episode_end = terminated | truncated``, reset
         steps of next-step autoreset skipped, same-step autoreset's ``infos["final_obs"]`` used as
-        ``next_obs``.  The :class:`~prisample.vector_env.VectorStepConverter` is made at the first
+        ``next_obs``.  The :class:`~prisample.replay.vector_env.VectorStepConverter` is made at the first
         call with ``num_envs`` (at most ``num_streams``) and ``autoreset_mode``; its state is part
         of :meth:`state_dict`.  Extras carry a leading ``num_envs`` axis.  A rejected call changes
         nothing (the converter included).

@@ -33,6 +33,9 @@ from prisample.sampler import Draw
 if TYPE_CHECKING:
     from prisample.replay.prioritized import PrioritizedReplay
 
+__all__ = ["Item", "Prefetcher"]
+
+
 Item = tuple[ReplayBatch, Draw]
 
 _END = object()  # the producer drew ``total`` batches

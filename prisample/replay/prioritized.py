@@ -31,6 +31,9 @@ from prisample.weights import LinearSchedule, WeightNorm
 if TYPE_CHECKING:
     from prisample.replay.prefetch import Prefetcher
 
+__all__ = ["REPLAY_STATE_VERSION", "PrioritizedReplay"]
+
+
 # PrioritizedReplay's state; 2 adds memory_head and memory_tail (the memory it was saved with), 3
 # adds eviction and numbers (the transitions' numbers under eviction="priority", else None).
 REPLAY_STATE_VERSION = 3

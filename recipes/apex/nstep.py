@@ -18,7 +18,7 @@ class NStepBuilder:
 
     Transition ``t`` of an environment, with reward ``r_t`` and per-step discount ``γ_t`` (0 where
     the episode terminated, else γ), leaves as (Sutton & Barto 2018, Sec. 7.1; the sums of
-    :mod:`prisample.nstep`)::
+    :mod:`prisample.replay.nstep`)::
 
         reward   G = Σ_{k<m} (Π_{j<k} γ_{t+j}) r_{t+k}
         discount Γ = Π_{k<m} γ_{t+k}
@@ -27,7 +27,7 @@ class NStepBuilder:
     with ``m = n`` once ``n`` steps of its environment followed it, fewer when the episode ended
     first (``episode_end``: every pending transition leaves; termination made Γ = 0, truncation
     kept Γ = γ^m, so it bootstraps from its last observation) or at :meth:`flush`.  Kept here,
-    not in :class:`prisample.nstep.NStepAccumulator`, which completes windows of a memory's slots:
+    not in :class:`prisample.replay.nstep.NStepAccumulator`, which completes windows of a memory's slots:
     an actor holds no memory and sends each transition once.
     """
 

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from prisample.laber import LaBER
-from prisample.losses import lap_priorities
+from prisample.methods.laber import LaBER
+from prisample.methods.lap import lap_priorities
 from prisample.replay import PrioritizedReplay
 from recipes.dqn.config import DDQNConfig
 from recipes.dqn.envs import EnvSpec, lives
@@ -206,7 +206,7 @@ def weighted_td_loss(
 
     With ``clip_td`` the per-item loss is the Huber loss at ``κ`` (quadratic ``δ²/2`` for |δ| ≤ κ,
     linear ``κ(|δ| − κ/2)`` beyond), whose derivative in ``Q`` is ``−clip(δ, −κ, κ)``; κ = 1 is the
-    paper's TD clipping and LAP's loss (Fujimoto et al. 2020, :func:`prisample.losses.lap_loss`, up to
+    paper's TD clipping and LAP's loss (Fujimoto et al. 2020, :func:`prisample.methods.lap.lap_loss`, up to
     the reduction); without ``clip_td`` ``δ²/2``.  ``"mean"`` divides by k.
     ``delta`` is ``(k,)``, or ``(agents, k)`` for stacked agents: the sum of their losses, each of
     which reaches only its own agent's parameters.

@@ -52,7 +52,7 @@ from dataclasses import asdict
 import numpy as np
 
 from prisample.diagnostics import Diagnostics, WeightMonitor
-from prisample.laber import LaBER
+from prisample.methods.laber import LaBER
 from recipes.dqn.agent import (
     LABER_EPS,
     PriorityWrites,

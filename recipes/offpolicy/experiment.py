@@ -42,7 +42,7 @@ import numpy as np
 from tqdm import tqdm
 
 from prisample import CorrectedSampler, LinearSchedule, PrioritizedSampler
-from prisample.variants import hybrid_priorities, importance_ratios, rejection_priorities
+from prisample.methods import hybrid_priorities, importance_ratios, rejection_priorities
 from recipes.common import cli, outputs
 from recipes.offpolicy import report as offpolicy_report
 from recipes.offpolicy.config import ARMS, Arm, OffPolicyConfig

@@ -51,6 +51,17 @@ import numpy.typing as npt
 
 from prisample._validation import check_positive_int, to_numpy
 
+__all__ = [
+    "MODES",
+    "STATE_VERSION",
+    "ModeName",
+    "ObsTree",
+    "VectorEnvLike",
+    "VectorStepConverter",
+    "VectorTransitions",
+]
+
+
 STATE_VERSION = 1
 
 ModeName = Literal["NextStep", "SameStep", "Disabled"]

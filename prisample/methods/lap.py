@@ -29,6 +29,8 @@ import torch
 
 from prisample._validation import check_real, short_repr
 
+__all__ = ["lap_loss", "lap_priorities", "pal_loss"]
+
 
 def _errors(td_error: torch.Tensor) -> torch.Tensor:
     if not isinstance(td_error, torch.Tensor):

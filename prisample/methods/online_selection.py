@@ -25,8 +25,10 @@ import numpy as np
 import numpy.typing as npt
 
 from prisample._validation import as_indices, check_positive_int, check_real
+from prisample.methods._checks import check_each, reals
 from prisample.sampler import PrioritizedSampler
-from prisample.variants import _check, _reals
+
+__all__ = ["OnlineBatchSelection", "loshchilov_hutter_priorities", "loshchilov_hutter_probabilities"]
 
 
 def _pressure(value: Any) -> float:
@@ -64,10 +66,10 @@ def loshchilov_hutter_priorities(losses: npt.ArrayLike, selection_pressure: floa
     >>> loshchilov_hutter_priorities([0.1, 3.0, 2.0, 0.5], 16.0).round(6).tolist()
     [0.0625, 0.5, 0.25, 0.125]
     """
-    values = _reals(losses, "losses").reshape(-1)
+    values = reals(losses, "losses").reshape(-1)
     if values.shape[0] == 0:
         raise ValueError("losses should hold at least one value, but got none")
-    _check(np.isfinite(values), values, "losses", "finite")
+    check_each(np.isfinite(values), values, "losses", "finite")
     c = math.log(_pressure(selection_pressure)) / values.shape[0]
     return np.asarray(np.exp(-c * _ranks(values)), dtype=np.float64)
 
@@ -109,7 +111,7 @@ class OnlineBatchSelection:
     def update(self, indices: npt.ArrayLike, losses: npt.ArrayLike) -> None:
         """Record per-item losses (last write wins on duplicates); refresh when due."""
         idx = as_indices(indices, "indices")
-        values = _reals(losses, "losses").reshape(-1)
+        values = reals(losses, "losses").reshape(-1)
         if values.shape[0] != idx.shape[0]:
             raise ValueError(
                 f"losses should have one value per index ({idx.shape[0]}), but got {values.shape[0]}"
@@ -120,7 +122,7 @@ class OnlineBatchSelection:
             raise ValueError(
                 f"indices should lie in [0, {self._losses.shape[0]}), but got indices[{j}]={idx[j]}"
             )
-        _check(np.isfinite(values), values, "losses", "finite")
+        check_each(np.isfinite(values), values, "losses", "finite")
         _check_sampler(self.sampler)
         self._losses[idx] = values
         self._calls += 1
@@ -149,7 +151,7 @@ class OnlineBatchSelection:
 
 
 def _check_sampler(sampler: PrioritizedSampler) -> None:
-    if sampler.backend_name != "proportional" or sampler.alpha != 1.0 or sampler.eps != 0.0:
+    if not sampler.backend.priority_masses or sampler.alpha != 1.0 or sampler.eps != 0.0:
         raise ValueError(
             "sampler should be proportional with alpha=1 and eps=0 (priorities are the probabilities), "
             f"but got backend={sampler.backend_name!r}, alpha={sampler.alpha}, eps={sampler.eps}"

@@ -30,7 +30,9 @@ from prisample._validation import (
     generator_from_state,
     short_repr,
 )
-from prisample.variants import _check, _reals
+from prisample.methods._checks import check_each, reals
+
+__all__ = ["LABER_NORMS", "LaBER", "LargeBatchDraw"]
 
 LABER_NORMS = ("mean", "max", "lazy")
 
@@ -105,14 +107,14 @@ class LaBER:
     def select(self, candidates: npt.ArrayLike, scores: npt.ArrayLike) -> LargeBatchDraw:
         """Keep ``B`` of the large batch with probability ``∝ scores + eps``, weighted."""
         cand = as_indices(candidates, "candidates")
-        s = _reals(scores, "scores").reshape(-1)
+        s = reals(scores, "scores").reshape(-1)
         if s.shape[0] != cand.shape[0]:
             raise ValueError(
                 f"scores should have one value per candidate ({cand.shape[0]}), but got {s.shape[0]}"
             )
         if cand.shape[0] == 0:
             raise ValueError("candidates should hold at least one slot, but got none")
-        _check((s >= 0.0) & (s < np.inf), s, "scores", "finite and >= 0")
+        check_each((s >= 0.0) & (s < np.inf), s, "scores", "finite and >= 0")
         s = s + self.eps
         cdf = np.cumsum(s)
         total = float(cdf[-1])

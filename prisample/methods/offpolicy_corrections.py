@@ -1,12 +1,42 @@
-"""Per-slot correction factors ``c_i`` on the importance weights (Schaul et al. 2016, Sec. 6).
+"""Off-policy corrections (Schaul et al. 2016, Sec. 6): importance ratios ``ρ`` and per-slot
+correction factors ``c_i`` on the importance weights.
 
-A factor ``c_i >= 0`` per slot, e.g. the off-policy importance ratio ``ρ_i = π(a_i|s_i) /
-μ(a_i|s_i)`` of the transition stored there, multiplies the slot's weight before normalisation:
+With behaviour policy ``μ`` filling the memory and target policy ``π`` being learned about, the
+per-decision importance ratio of a transition ``(s, a)`` is ``ρ = π(a|s) / μ(a|s)``
+(:func:`importance_ratios`).  Sec. 6 maps the two standard off-policy corrections onto the
+sampler:
+
+* *weighted importance sampling*: uniform draws and ``w = ρ`` — ``CorrectedSampler(alpha=0,
+  beta=1)`` with ``ρ`` as the slots' correction factors (:meth:`CorrectedSampler.set_corrections`);
+  the memory normalisation then gives ``w_i = ρ_i / max_j ρ_j``;
+* *rejection sampling*: ``p = min(1, ρ)`` with ``α = 1``, ``β = 0``, proportional and ``ε = 0``
+  (:func:`~prisample.methods.rejection.rejection_priorities`), so a transition ``π`` never takes
+  is never drawn;
+
+and proposes hybrids ``p = ρ · |δ|`` (:func:`~prisample.methods.hybrid.hybrid_priorities`),
+annealed or ranked.  With ``β = 1`` and ``ρ`` as correction factor, a hybrid's weight
+``ρ_i (N·P(i))^-1`` undoes the ``ρ`` inside the priority and applies it once, so the expected
+update is the ``ρ``-corrected one.
+
+A factor ``c_i >= 0`` per slot multiplies the slot's weight before normalisation:
 ``w_i = c_i (N · P(i))^-β / max_j c_j (N · P(j))^-β`` under ``weight_norm="memory"``.  Two pieces:
 
 * :class:`CorrectionFactors`: the factors and what the memory's maximum needs kept in step with
   them, computed from the backend's public methods only;
 * :class:`CorrectedSampler`: a :class:`~prisample.PrioritizedSampler` whose weights carry them.
+
+>>> from prisample.methods import hybrid_priorities, rejection_priorities
+>>> rho = importance_ratios([0.9, 0.05], [0.25, 0.25])
+>>> rho.round(6).tolist()
+[3.6, 0.2]
+>>> rejection_priorities(rho).round(6).tolist()
+[1.0, 0.2]
+>>> hybrid_priorities(rho, [-0.5, 2.0]).round(6).tolist()
+[1.8, 0.4]
+>>> s = CorrectedSampler(2, alpha=0.0, beta=1.0, seed=0)
+>>> s.set_corrections([0, 1], rho)
+>>> bool(np.allclose(s.weights([0, 1]), rho / rho.max()))   # weighted IS: ρ_i / max_j ρ_j
+True
 """
 
 from __future__ import annotations
@@ -19,6 +49,7 @@ import numpy.typing as npt
 
 from prisample._validation import as_indices, as_priorities, check_real, check_slots, state_float_array
 from prisample.backends import Backend, ProportionalBackend, UniformBackend
+from prisample.methods._checks import check_each, reals
 from prisample.rank import RankBackend
 from prisample.sampler import PrioritizedSampler
 from prisample.trees import ArgMaxTree
@@ -26,6 +57,28 @@ from prisample.weights import LinearSchedule, WeightNorm, corrected_weights_unch
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+
+__all__ = ["CorrectedSampler", "CorrectionFactors", "importance_ratios"]
+
+
+def importance_ratios(pi_tm1: npt.ArrayLike, mu_tm1: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """Per-decision importance ratios ``ρ_{t-1} = π(a_{t-1}|s_{t-1}) / μ(a_{t-1}|s_{t-1})``.
+
+    ``pi_tm1`` and ``mu_tm1`` are the probabilities the target and the behaviour policy give the
+    action that was taken (same shape).  ``μ > 0`` is required (the action was taken under
+    ``μ``); ``π = 0`` gives ``ρ = 0``.  Precup, Sutton and Singh (2000), per-decision importance
+    sampling; Schaul et al. (2016), Sec. 6.
+
+    >>> importance_ratios([0.5, 0.0, 1.0], [0.25, 0.5, 0.5]).tolist()
+    [2.0, 0.0, 2.0]
+    """
+    pi = reals(pi_tm1, "pi_tm1")
+    mu = reals(mu_tm1, "mu_tm1")
+    if pi.shape != mu.shape:
+        raise ValueError(f"pi_tm1 and mu_tm1 should have the same shape, but got {pi.shape} and {mu.shape}")
+    check_each((pi >= 0.0) & (pi <= 1.0), pi, "pi_tm1", "probabilities in [0, 1]")
+    check_each((mu > 0.0) & (mu <= 1.0), mu, "mu_tm1", "probabilities in (0, 1] (the action was taken)")
+    return pi / mu
 
 
 class CorrectionFactors:
@@ -232,9 +285,7 @@ class CorrectedSampler(PrioritizedSampler):
         if self._factors is None:
             raw = self.backend.raw
             ones = np.where(np.isnan(raw), np.nan, 1.0)
-            self._factors = CorrectionFactors(
-                ones, raw, self.eps, proportional=self.backend_name == "proportional"
-            )
+            self._factors = CorrectionFactors(ones, raw, self.eps, proportional=self.backend.priority_masses)
         self._factors.write(idx, factors)
 
     def _written(self, slots: IntArray) -> None:
@@ -249,7 +300,7 @@ class CorrectedSampler(PrioritizedSampler):
             return super()._weights(slots, probabilities)
         factors = self._factors.values[slots]
         backend, norm = self.backend, self.weight_norm
-        greedy = self.backend_name == "greedy"  # no importance sampling: the factors alone
+        greedy = not backend.importance_sampling  # no importance sampling: the factors alone
         p = np.ones(slots.shape[0]) if greedy else probabilities
         beta = 0.0 if greedy else self.beta
         min_probability, memory_max = 1.0, 1.0
@@ -309,7 +360,7 @@ class CorrectedSampler(PrioritizedSampler):
                 "set and NaN on the empty ones"
             )
         eps = check_real(state["eps"], "eps", minimum=0.0)
-        return CorrectionFactors(corrections, raw, eps, proportional=self.backend_name == "proportional")
+        return CorrectionFactors(corrections, raw, eps, proportional=self.backend.priority_masses)
 
 
 def _without_factors(state: Any) -> Any:
