@@ -3,6 +3,7 @@
 #
 #   bash benchmarks/gpu_session.sh smoke   # ~3 min: GPU tests, update timings, short loop and sweep probes
 #   bash benchmarks/gpu_session.sh final   # ~9.5 min: GPU tests, loop benchmark vs CleanRL, the Atari sweep
+#   bash benchmarks/gpu_session.sh replay  # ~6 min: the replay on the device, and its share of the DQN loop (issue 23)
 #
 # Needs the git-ignored .whl/ (gymnasium, ale-py, tyro, ... for Python 3.12) and .peer/cleanrl/
 # (CleanRL's dqn_atari.py, see benchmarks/cleanrl_dqn.py) carried along; writes under $OUT.
@@ -43,5 +44,14 @@ if [ "$stage" = final ]; then
   timeout 400 python3 -m recipes.dqn atari-sweep --games ALE/Pong-v5,ALE/Breakout-v5,ALE/Boxing-v5 \
     --arms uniform,proportional,rank --seeds 3 --protocol atari100k --device cuda --set env_threads=4 \
     --set time_budget_s=${SWEEP_TRAIN_S:-300} --out "$OUT/atari_sweep.json" 2>&1 | grep -v "^start" | tail -8
+  log done
+fi
+
+if [ "$stage" = replay ]; then
+  log replay step on the device, 10^6 transitions
+  timeout 240 python3 -m benchmarks.replay_device --out "$OUT/replay_device.json" 2>&1 | tail -4
+  log the replay share of the Double DQN loop, every arm, no CleanRL
+  timeout 200 python3 -m benchmarks.atari_loop_gpu --updates 2000 --cleanrl_seconds 0 \
+    --out "$OUT/atari_loop_gpu.json" --loop_out "$OUT/atari_loop_cuda.json" 2>&1 | grep -v "^ " | tail -6
   log done
 fi

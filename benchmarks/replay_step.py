@@ -34,6 +34,18 @@ update the 32 priorities.  The memory holds ``N`` transitions, filled before tim
   (``--disk-margin-gb`` left free), TorchRL is measured at the largest ``N`` that fits and the
   JSON says so (``n_measured``); when it exceeds RAM, reads go to disk and the JSON says that too.
 
+Against the copy floor (issue 23): what no replay can beat for this batch, the frames that
+prisample's ``sample`` gathers for 32 draws (``obs`` and ``next_obs`` share all but one frame:
+32 x 5 = 160 frames), read from prisample's own frame pool at the rows of real draws (made before
+timing) with one ``np.take`` into a preallocated ``(32, 5, 84, 84)`` array (:class:`CopyFloor`).
+It is timed in the libraries' interleaved group (``copy_floor``; each library's
+``ratio_to_copy_floor`` per pass), and again in a group of its own with prisample's step split into
+its phases (``phases``: ``add`` of the 4-env step, ``sample`` of 32 (draw, gather, weights),
+``update`` of 32, each clocked inside one step, and each phase's ratio to the floor per pass).  The
+add of a 16-environment vector step (``add_many`` of 16 streams, ``vector_add``: µs per
+transition, interleaved with the 4-env add) is timed on a second memory of the same ``N``.  Each
+size's ``targets`` says which of issue 23's bounds (:data:`ISSUE23`) were met.
+
 Variants of prisample (``VARIANTS``) are timed against the base configuration once the replay
 gains the keyword; until then each is recorded as "not available in this version".
 
@@ -51,7 +63,8 @@ Full run (alone on the machine, about 15-25 minutes, peak ~16 GB RAM + TorchRL's
     flock /tmp/prisample-heavy.lock env OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.replay_step \\
         --out docs/results/replay_step.json
 
-Smoke run: ``python -m benchmarks.replay_step --quick`` (N = 2^12, 2^14; prints, writes nothing).
+Smoke run: ``python -m benchmarks.replay_step --quick`` (N = 2^12, 2^14; prints, writes nothing;
+``--sizes 4096 --passes 1 --memory-n 0 --out /tmp/x.json`` is smaller still).
 """
 
 from __future__ import annotations
@@ -75,18 +88,29 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from benchmarks.timing import QuietPolicy, measure_quiet
+from benchmarks.timing import CpuMonitor, QuietPolicy, measure_quiet
 
 ROOT = Path(__file__).resolve().parent.parent
 ENVS, STACK, FRAME, BATCH = 4, 4, (84, 84), 32
 ALPHA, BETA = 0.6, 0.4
 EPISODE = 500  # mean episode length, agent steps per environment
 POOL = 256  # distinct random frames the stream draws from
+VECTOR_ENVS = 16  # environments of the vector step whose add is timed on its own (issue 23)
+PHASES = ("add", "sample", "update")  # prisample's step, clocked phase by phase
+FLOOR_BATCHES = 64  # draws whose frame rows the copy floor cycles through
+
+# Issue 23's bounds, per size: the whole step at most 1.5x the copy floor; cpprb's step at least 3x
+# prisample's; the add of a 16-env vector step at most 10 µs per transition.
+ISSUE23: dict[str, float] = {
+    "step_over_copy_floor": 1.5,
+    "cpprb_over_prisample": 3.0,
+    "vector_add_us_per_transition": 10.0,
+}
 
 FULL: dict[str, Any] = {
     "sizes": [1 << 18, 10**6],
@@ -96,6 +120,7 @@ FULL: dict[str, Any] = {
     "period": 1000,
     "memory_n": 1 << 18,
     "quiet_attempts": 3,
+    "vector_envs": VECTOR_ENVS,
 }
 QUICK: dict[str, Any] = {
     "sizes": [1 << 12, 1 << 14],
@@ -105,6 +130,7 @@ QUICK: dict[str, Any] = {
     "period": 128,
     "memory_n": 1 << 12,
     "quiet_attempts": 1,
+    "vector_envs": VECTOR_ENVS,
 }
 
 # Named prisample configurations: constructor keywords, and keywords for add_many computed per
@@ -124,44 +150,49 @@ def log(message: str) -> None:
 # -- the transition stream ---------------------------------------------------------------------
 @dataclass
 class Stream:
-    """``period`` vector steps of ``ENVS`` environments, repeating: the environments' stacks after
-    the last step equal those before the first, so the stream can be replayed forever.
+    """``period`` vector steps of ``envs`` environments (``ENVS`` unless said), repeating: the
+    environments' stacks after the last step equal those before the first, so the stream can be
+    replayed forever.
 
-    Transition ``t`` (in add order) is environment ``t % ENVS`` of vector step ``t // ENVS``,
-    whose arrays are row ``(t // ENVS) % period`` here.
+    Transition ``t`` (in add order) is environment ``t % envs`` of vector step ``t // envs``,
+    whose arrays are row ``(t // envs) % period`` here.
     """
 
-    obs: np.ndarray  # (period, ENVS, STACK, 84, 84) uint8
+    obs: np.ndarray  # (period, envs, STACK, 84, 84) uint8
     next_obs: np.ndarray
-    action: np.ndarray  # (period, ENVS) int64
-    reward: np.ndarray  # (period, ENVS) float32
-    discount: np.ndarray  # (period, ENVS) float32, 0 at an episode end
-    end: np.ndarray  # (period, ENVS) bool
-    log_prob: np.ndarray  # (period, ENVS) float32, for the extras variant
+    action: np.ndarray  # (period, envs) int64
+    reward: np.ndarray  # (period, envs) float32
+    discount: np.ndarray  # (period, envs) float32, 0 at an episode end
+    end: np.ndarray  # (period, envs) bool
+    log_prob: np.ndarray  # (period, envs) float32, for the extras variant
     priorities: np.ndarray  # (period, BATCH) float64, new |δ| of each step's batch
 
     @property
     def period(self) -> int:
         return int(self.obs.shape[0])
 
+    @property
+    def envs(self) -> int:
+        return int(self.obs.shape[1])
+
     def transition(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``obs`` and ``next_obs`` of transitions numbered ``t``."""
-        step, env = (t // ENVS) % self.period, t % ENVS
+        step, env = (t // self.envs) % self.period, t % self.envs
         return self.obs[step, env], self.next_obs[step, env]
 
 
-def make_stream(period: int, seed: int = 0) -> Stream:
+def make_stream(period: int, seed: int = 0, envs: int = ENVS) -> Stream:
     """Episodes end with probability ``1 / EPISODE`` per step and at the period's last step (so
     the stream repeats); a reset stack repeats its first frame, as Atari frame stacking does."""
     if period < 2:
         raise ValueError(f"period should be at least 2, but got period={period}")
     rng = np.random.default_rng(seed)
     pool = rng.integers(0, 256, size=(POOL, *FRAME), dtype=np.uint8)
-    ids = np.zeros((period, ENVS, STACK + 1), dtype=np.int64)
-    end = rng.random((period, ENVS)) < 1 / EPISODE
+    ids = np.zeros((period, envs, STACK + 1), dtype=np.int64)
+    end = rng.random((period, envs)) < 1 / EPISODE
     end[-1] = True
-    new = rng.integers(0, POOL, size=(period, ENVS))
-    resets = rng.integers(0, POOL, size=(period, ENVS))
+    new = rng.integers(0, POOL, size=(period, envs))
+    resets = rng.integers(0, POOL, size=(period, envs))
     start = resets[-1]  # the stacks the last step's resets give: the period's first stacks
     current = np.repeat(start[:, None], STACK, axis=1)
     for s in range(period):
@@ -174,11 +205,11 @@ def make_stream(period: int, seed: int = 0) -> Stream:
     return Stream(
         obs=obs,
         next_obs=next_obs,
-        action=rng.integers(0, 6, size=(period, ENVS)).astype(np.int64),
-        reward=rng.choice(np.array([-1.0, 0.0, 1.0], dtype=np.float32), size=(period, ENVS)),
+        action=rng.integers(0, 6, size=(period, envs)).astype(np.int64),
+        reward=rng.choice(np.array([-1.0, 0.0, 1.0], dtype=np.float32), size=(period, envs)),
         discount=np.where(end, 0.0, 1.0).astype(np.float32),
         end=end,
-        log_prob=rng.standard_normal((period, ENVS)).astype(np.float32),
+        log_prob=rng.standard_normal((period, envs)).astype(np.float32),
         priorities=rng.random((period, BATCH)),
     )
 
@@ -208,7 +239,7 @@ class Contender:
         raise NotImplementedError
 
     def fill(self, n: int) -> None:
-        while self.cursor * ENVS < n:
+        while self.cursor * self.stream.envs < n:
             self.add()
 
     def step(self) -> None:
@@ -233,13 +264,14 @@ class Prisample(Contender):
         variant = variant or {}
         self.add_keys: tuple[str, ...] = variant.get("add", ())
         self.check_next = variant.get("check_next", True)
-        self.streams = np.arange(ENVS)
+        self.streams = np.arange(stream.envs)
+        self.phase_s = dict.fromkeys(PHASES, 0.0)  # seconds per phase, summed by phased_step
         self.replay = PrioritizedReplay(
             n,
             FRAME,
             frame_stack=STACK,
             obs_dtype=np.uint8,
-            num_streams=ENVS,
+            num_streams=stream.envs,
             alpha=ALPHA,
             beta=BETA,
             seed=0,
@@ -267,6 +299,21 @@ class Prisample(Contender):
         _, draw = self.replay.sample(BATCH)
         self.replay.update_priorities(draw.indices, self.stream.priorities[self.cursor % self.stream.period])
 
+    def phased_step(self) -> None:
+        """:meth:`step` with the clock read between its phases, summed into :attr:`phase_s`."""
+        clock = time.perf_counter
+        t0 = clock()
+        self.add()
+        t1 = clock()
+        _, draw = self.replay.sample(BATCH)
+        t2 = clock()
+        self.replay.update_priorities(draw.indices, self.stream.priorities[self.cursor % self.stream.period])
+        t3 = clock()
+        phase = self.phase_s
+        phase["add"] += t1 - t0
+        phase["sample"] += t2 - t1
+        phase["update"] += t3 - t2
+
     def stacks_exact(self) -> bool:
         batch, _ = self.replay.sample(BATCH)
         return _exact(
@@ -275,6 +322,58 @@ class Prisample(Contender):
 
     def info(self) -> dict[str, Any]:
         return {"nbytes_per_transition": self.replay.nbytes / self.replay.capacity}
+
+
+def frame_rows(replay: Any, indices: npt.NDArray[Any]) -> npt.NDArray[np.intp]:
+    """The frame-pool rows that ``replay.sample`` gathers for the slots ``indices``: per slot its
+    ``obs`` stack's rows and the newest row of its ``next_obs`` (all of them where ``next_obs`` is
+    not ``obs`` shifted by one frame), as ``ReplayMemory._gather`` computes them."""
+    memory = replay.memory
+    obs_rows, next_rows = memory._obs_rows[indices], memory._next_rows[indices]
+    if STACK > 1 and np.array_equal(obs_rows[:, 1:], next_rows[:, :-1]):
+        rows = np.concatenate((obs_rows, next_rows[:, -1:]), axis=1)
+    else:
+        rows = np.concatenate((obs_rows, next_rows), axis=1)
+    return np.ascontiguousarray(rows, dtype=np.intp)
+
+
+class CopyFloor:
+    """The copy floor of one batch: the frames prisample's ``sample(32)`` gathers, read from its
+    own frame pool with one ``np.take`` into a preallocated array; a call copies the next of
+    ``batches`` real draws' rows (drawn here, before any timing)."""
+
+    def __init__(self, contender: Prisample, batches: int = FLOOR_BATCHES) -> None:
+        pool = contender.replay.memory.frame_pool
+        if pool is None:
+            raise ValueError("the copy floor needs prisample's frame pool (frame_stack > 1)")
+        self.frames = pool.storage.to_numpy()
+        self.pool_frames = int(self.frames.shape[0])
+        self.rows: list[npt.NDArray[np.intp]] = []
+        for _ in range(batches):
+            _, draw = contender.replay.sample(BATCH)
+            self.rows.append(frame_rows(contender.replay, draw.indices))
+        # one preallocated batch per width (5 frames per transition where next_obs shares 3 with obs)
+        self.out = {
+            r.shape[1]: np.empty((BATCH, r.shape[1], *FRAME), dtype=self.frames.dtype) for r in self.rows
+        }
+        self.frames_per_batch = statistics.median(r.size for r in self.rows)
+        self.i = 0
+
+    def __call__(self) -> None:
+        rows = self.rows[self.i]
+        # mode="clip": numpy buffers `out` under the default mode="raise"; the rows are in range
+        np.take(self.frames, rows, axis=0, out=self.out[rows.shape[1]], mode="clip")
+        self.i = (self.i + 1) % len(self.rows)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "frames_per_batch": self.frames_per_batch,
+            "frames_per_transition": self.frames_per_batch / BATCH,
+            "batch_shape": [BATCH, max(self.out), *FRAME],
+            "pool_frames": self.pool_frames,
+            "batches": len(self.rows),
+            "how": "np.take(pool frames, rows of the batch, axis=0, out=preallocated, mode='clip')",
+        }
 
 
 class Cpprb(Contender):
@@ -454,12 +553,17 @@ def _mem_total() -> int:
 
 # -- timing ------------------------------------------------------------------------------------
 def _time_group(
-    contenders: dict[str, Contender], config: dict[str, Any], policy: QuietPolicy
+    contenders: dict[str, Contender],
+    config: dict[str, Any],
+    policy: QuietPolicy,
+    extra: dict[str, Callable[[], object]] | None = None,
 ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
-    """Per pass: µs per replay step of each contender (interleaved), and the CPU interference
-    (a pass during which other processes were busy is retried as ``policy`` says)."""
+    """Per pass: µs per replay step of each contender (interleaved with the ``extra`` cases, the
+    copy floor say), and the CPU interference (a pass during which other processes were busy is
+    retried as ``policy`` says)."""
 
     cases: dict[str, Callable[[], object]] = {name: c.step for name, c in contenders.items()}
+    cases.update(extra or {})
     passes, load = [], []
     for _ in range(config["passes"]):
         times, others, steal = measure_quiet(
@@ -474,17 +578,168 @@ def _summary(passes: list[dict[str, float]], name: str, base: str = "prisample")
     mine = [p[name] for p in passes]
     out: dict[str, Any] = {"us_per_step": statistics.median(mine), "us_per_pass": mine}
     if name != base:
-        ratios = [p[name] / p[base] for p in passes]
-        out["ratio_to_prisample"] = {"median": statistics.median(ratios), "per_pass": ratios}
+        out["ratio_to_prisample"] = _ratio(passes, name, base)
+    return out
+
+
+def _ratio(passes: list[dict[str, float]], name: str, base: str) -> dict[str, Any]:
+    """``name / base`` per pass and its median."""
+    ratios = [p[name] / p[base] for p in passes]
+    return {"median": statistics.median(ratios), "per_pass": ratios}
+
+
+_T = TypeVar("_T")
+
+
+def _quiet(fn: Callable[[], _T], policy: QuietPolicy) -> tuple[_T, float, float]:
+    """``fn()`` under :class:`CpuMonitor`, retried as :func:`benchmarks.timing.measure_quiet` retries
+    (same ``policy``, same waiting budget): ``(result, others, steal)`` of the quietest try."""
+    best: tuple[_T, float, float] | None = None
+    for attempt in range(policy.attempts):
+        with CpuMonitor() as monitor:
+            result = fn()
+        others = monitor.others if monitor.others == monitor.others else 0.0  # NaN: unknown
+        if best is None or others < best[1]:
+            best = (result, others, monitor.steal)
+        if others <= policy.max_others or attempt == policy.attempts - 1:
+            break
+        if policy.waited_s + policy.wait_s > policy.budget_s:
+            break
+        time.sleep(policy.wait_s)
+        policy.waited_s += policy.wait_s
+        policy.retries += 1
+    assert best is not None
+    return best
+
+
+def _calls(fn: Callable[[], object], block_s: float, warmup: int = 5) -> int:
+    """Calls of ``fn`` in a block of about ``block_s`` (as :func:`benchmarks.timing.measure` sizes them)."""
+    for _ in range(warmup):
+        fn()
+    start = time.perf_counter()
+    for _ in range(3):
+        fn()
+    once = (time.perf_counter() - start) / 3
+    return max(1, min(5000, int(block_s / max(once, 1e-7))))
+
+
+def _phase_pass(base: Prisample, floor: CopyFloor, reps: int, block_s: float) -> dict[str, float]:
+    """One pass of the phase group: ``reps`` rounds of a block of :meth:`Prisample.phased_step` and
+    a block of copy-floor calls (the order alternating per round); per phase (and the whole step,
+    and the floor) the median over rounds of the block's mean, in µs."""
+    steps, copies = _calls(base.phased_step, block_s), _calls(floor, block_s)
+    rounds: list[dict[str, float]] = []
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(reps):
+            row: dict[str, float] = {}
+            for which in ("step", "copy_floor") if r % 2 == 0 else ("copy_floor", "step"):
+                if which == "step":
+                    base.phase_s = dict.fromkeys(PHASES, 0.0)
+                    start = time.perf_counter()
+                    for _ in range(steps):
+                        base.phased_step()
+                    row["step"] = (time.perf_counter() - start) / steps * 1e6
+                    row.update({k: v / steps * 1e6 for k, v in base.phase_s.items()})
+                else:
+                    start = time.perf_counter()
+                    for _ in range(copies):
+                        floor()
+                    row["copy_floor"] = (time.perf_counter() - start) / copies * 1e6
+            rounds.append(row)
+    finally:
+        if enabled:
+            gc.enable()
+    return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+
+
+def _time_phases(
+    base: Prisample, floor: CopyFloor, config: dict[str, Any], policy: QuietPolicy
+) -> dict[str, Any]:
+    """prisample's step phase by phase against the copy floor: per phase its µs (median over
+    passes), per pass, and its ratio to the floor per pass."""
+    passes, load = [], []
+    for _ in range(config["passes"]):
+        times, others, steal = _quiet(
+            lambda: _phase_pass(base, floor, config["reps"], config["block_s"]), policy
+        )
+        passes.append(times)
+        load.append({"others_cpus": others, "steal_cpus": steal})
+    out: dict[str, Any] = {"load": load}
+    for key in (*PHASES, "step", "copy_floor"):
+        mine = [p[key] for p in passes]
+        out[key] = {"us": statistics.median(mine), "us_per_pass": mine}
+        if key != "copy_floor":
+            out[key]["ratio_to_copy_floor"] = _ratio(passes, key, "copy_floor")
+    out["add"]["us_per_transition"] = out["add"]["us"] / ENVS
+    return out
+
+
+def _time_vector_add(base: Prisample, n: int, config: dict[str, Any], policy: QuietPolicy) -> dict[str, Any]:
+    """``add_many`` of one ``vector_envs``-environment vector step (one stream per environment) on
+    a memory of ``n`` filled first, interleaved with the base memory's 4-env add: µs per call and
+    per transition."""
+    envs = int(config["vector_envs"])
+    period = max(2, config["period"] * ENVS // envs)  # as many transitions as the 4-env stream
+    wide = Prisample(make_stream(period, seed=1, envs=envs), n)
+    started = time.perf_counter()
+    wide.fill(n)
+    fill_s = time.perf_counter() - started
+    cases: dict[str, Callable[[], object]] = {"vector": wide.add, "base": base.add}
+    passes, load = [], []
+    for _ in range(config["passes"]):
+        times, others, steal = measure_quiet(
+            cases, reps=config["reps"], block_s=config["block_s"], policy=policy
+        )
+        passes.append(times)
+        load.append({"others_cpus": others, "steal_cpus": steal})
+    per_transition = [p["vector"] / envs for p in passes]
+    base_per_transition = [p["base"] / ENVS for p in passes]
+    out = {
+        "envs": envs,
+        "n": n,
+        "method": "add_many",
+        "fill_s": fill_s,
+        "us_per_call": statistics.median(p["vector"] for p in passes),
+        "us_per_call_per_pass": [p["vector"] for p in passes],
+        "us_per_transition": statistics.median(per_transition),
+        "us_per_transition_per_pass": per_transition,
+        "base_envs": ENVS,
+        "base_us_per_transition": statistics.median(base_per_transition),
+        "base_us_per_transition_per_pass": base_per_transition,
+        "load": load,
+    }
+    del wide
+    gc.collect()
+    return out
+
+
+def size_targets(block: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Issue 23's bounds (:data:`ISSUE23`) at one size, from the per-pass medians: measured, met."""
+    libs, vector = block["libraries"], block.get("vector_add", {})
+    measured = {
+        "step_over_copy_floor": libs.get("prisample", {}).get("ratio_to_copy_floor", {}).get("median"),
+        "cpprb_over_prisample": libs.get("cpprb", {}).get("ratio_to_prisample", {}).get("median"),
+        "vector_add_us_per_transition": vector.get("us_per_transition"),
+    }
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in measured.items():
+        if value is not None:
+            bound = ISSUE23[key]
+            met = value >= bound if key == "cpprb_over_prisample" else value <= bound
+            out[key] = {"bound": bound, "measured": value, "met": bool(met)}
     return out
 
 
 def run_size(
     n: int, stream: Stream, config: dict[str, Any], peers: tuple[str, ...], policy: QuietPolicy
 ) -> dict[str, Any]:
-    result: dict[str, Any] = {"n": n, "libraries": {"prisample": {}}, "variants": {}}
+    result: dict[str, Any] = {"n": n, "loadavg_start": os.getloadavg(), "libraries": {"prisample": {}}}
+    result["variants"] = {}
     libs = result["libraries"]
     contenders: dict[str, Contender] = {}
+    floor: CopyFloor | None = None
     builders: dict[str, Callable[[], Contender]] = {"prisample": lambda: Prisample(stream, n)}
     if "cpprb" in peers:
         libs["cpprb"] = {}
@@ -517,17 +772,31 @@ def run_size(
             entry["fill_s"] = time.perf_counter() - started
             contenders[name] = contender
             log(f"  {name}: filled {entry['n_measured']} transitions in {entry['fill_s']:.1f} s")
-        passes, load = _time_group(contenders, config, policy)
+        extra: dict[str, Callable[[], object]] = {}
+        first = contenders.get("prisample")
+        if isinstance(first, Prisample):
+            floor = CopyFloor(first)
+            extra["copy_floor"] = floor
+        passes, load = _time_group(contenders, config, policy, extra)
         result["load"] = load
         for name, contender in contenders.items():
             libs[name].update(_summary(passes, name))
+            if floor is not None:
+                libs[name]["ratio_to_copy_floor"] = _ratio(passes, name, "copy_floor")
             libs[name]["stacks_exact"] = contender.stacks_exact()
             libs[name].update(contender.info())
+        if floor is not None:
+            mine = [p["copy_floor"] for p in passes]
+            result["copy_floor"] = {"us": statistics.median(mine), "us_per_pass": mine, **floor.info()}
+            log(f"  copy floor: {result['copy_floor']['us']:.1f} µs, {floor.frames_per_batch:g} frames")
     finally:
         for name in [name for name in contenders if name != "prisample"]:
             contenders.pop(name).close()
         gc.collect()
     base = contenders.get("prisample")
+    if isinstance(base, Prisample) and floor is not None:
+        result["phases"] = _time_phases(base, floor, config, policy)
+        log("  phases, µs: " + ", ".join(f"{k} {result['phases'][k]['us']:.1f}" for k in (*PHASES, "step")))
     for vname, variant in VARIANTS.items():
         why = variant_available(variant)
         if why is None and base is not None:
@@ -547,6 +816,14 @@ def run_size(
                 gc.collect()
                 continue
         result["variants"][vname] = {"skipped": why or "prisample failed to build"}
+    if isinstance(base, Prisample) and config.get("vector_envs"):
+        try:
+            result["vector_add"] = _time_vector_add(base, n, config, policy)
+        except Exception as error:  # recorded, the run goes on
+            result["vector_add"] = {"error": f"{type(error).__name__}: {error}"}
+        log(f"  vector add: {result['vector_add']}")
+    result["targets"] = size_targets(result)
+    result["loadavg_end"] = os.getloadavg()
     return result
 
 
@@ -638,7 +915,13 @@ def run(config: dict[str, Any], command: str, peers: tuple[str, ...] | None = No
             "mean_episode": EPISODE,
             "step": "add the 4 transitions of one vector step, sample 32 with obs and next_obs stacks, "
             "update 32 priorities",
+            "copy_floor": "the frames sample(32) gathers (obs and next_obs share all but one frame), read "
+            "from prisample's frame pool at the rows of real draws with one np.take into a preallocated "
+            "array",
+            "vector_envs": config.get("vector_envs", 0),
         },
+        "torch_threads": torch.get_num_threads(),
+        "targets_issue23": ISSUE23,
         "peers_missing": missing,
         "sizes": [],
     }
@@ -719,7 +1002,65 @@ def libraries_table(results: dict[str, Any]) -> str:
                 f"| {_n(block['n'])} | {name} | {n_meas} | {r['us_per_step']:,.0f} | {spread} | {faster} "
                 f"| {size_s} | {'yes' if r['stacks_exact'] else 'no'} |"
             )
-    return "\n".join(lines)
+    floors = floor_table(results)
+    return "\n".join(lines) + ("\n\n" + floors if floors else "")
+
+
+def _spread(values: list[float], fmt: str = ",.1f") -> str:
+    return f"{min(values):{fmt}}–{max(values):{fmt}}"
+
+
+def _times(ratio: dict[str, Any] | None) -> str:
+    if ratio is None:
+        return "–"
+    return f"{ratio['median']:.2f}× ({_spread(ratio['per_pass'], '.2f')})"
+
+
+def floor_table(results: dict[str, Any]) -> str:
+    """prisample's step phase by phase, and every library's step, against the copy floor (issue
+    23); empty for results without a floor (runs before it)."""
+    lines = [
+        "| N | part | µs | per pass | × copy floor (per pass) |",
+        "|---|---|---|---|---|",
+    ]
+    workload = results.get("workload", {})
+    for block in results["sizes"]:
+        n, floor, phases = _n(block["n"]), block.get("copy_floor"), block.get("phases")
+        if floor is None:
+            continue
+        frames = f"{floor['frames_per_batch']:g}"
+        envs, batch = workload.get("envs", ENVS), workload.get("batch", BATCH)
+        labels = {
+            "add": f"prisample add ({envs}-env vector step)",
+            "sample": f"prisample sample {batch} (draw, gather, weights)",
+            "update": f"prisample update {batch}",
+            "step": "prisample step, phases clocked",
+            "copy_floor": f"copy floor ({frames} frames, one take)",
+        }
+        for key, label in labels.items() if phases else ():
+            r = phases[key]
+            lines.append(
+                f"| {n} | {label} | {r['us']:,.1f} | {_spread(r['us_per_pass'])} "
+                f"| {_times(r.get('ratio_to_copy_floor'))} |"
+            )
+        for name, r in block["libraries"].items():
+            if "ratio_to_copy_floor" in r:
+                lines.append(
+                    f"| {n} | {name} step, with the libraries | {r['us_per_step']:,.1f} "
+                    f"| {_spread(r['us_per_pass'])} | {_times(r['ratio_to_copy_floor'])} |"
+                )
+        lines.append(
+            f"| {n} | copy floor ({frames} frames, one take), with the libraries | {floor['us']:,.1f} "
+            f"| {_spread(floor['us_per_pass'])} | – |"
+        )
+        vector = block.get("vector_add", {})
+        if "us_per_transition" in vector:
+            per_pass = _spread(vector["us_per_transition_per_pass"])
+            lines.append(
+                f"| {n} | add_many of a {vector['envs']}-env vector step, per transition "
+                f"| {vector['us_per_transition']:,.1f} | {per_pass} | – |"
+            )
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def variants_table(results: dict[str, Any]) -> str:
@@ -764,6 +1105,25 @@ def targets(results: dict[str, Any]) -> str:
                 ratio = r["ratio_to_prisample"]["median"]
                 met = "yes" if ratio <= VARIANT_LIMIT else "**no**"
                 lines.append(f"| {n} | {name} | ≤ {VARIANT_LIMIT:g}× the base step | {ratio:.2f}× | {met} |")
+        for key, t in block.get("targets", {}).items():  # issue 23's, in runs that have them
+            against, bound, shown = {
+                "step_over_copy_floor": (
+                    "copy floor",
+                    f"prisample step ≤ {t['bound']:g}× the floor",
+                    f"{t['measured']:.2f}×",
+                ),
+                "cpprb_over_prisample": (
+                    "cpprb",
+                    f"prisample ≥ {t['bound']:g}× faster (issue 23)",
+                    f"{t['measured']:.2f}×",
+                ),
+                "vector_add_us_per_transition": (
+                    f"add_many, {block['vector_add']['envs']} envs",
+                    f"≤ {t['bound']:g} µs per transition",
+                    f"{t['measured']:.1f} µs",
+                ),
+            }[key]
+            lines.append(f"| {n} | {against} | {bound} | {shown} | {'yes' if t['met'] else '**no**'} |")
     return "\n".join(lines)
 
 
@@ -778,6 +1138,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--scratch", help="folder for TorchRL's memmap (default: the temp folder)")
     parser.add_argument("--disk-margin-gb", type=float, default=10.0, help="disk left free by the memmap")
+    parser.add_argument(
+        "--vector-envs",
+        type=int,
+        help=f"environments of the vector step whose add_many is timed (default {VECTOR_ENVS}; 0: none)",
+    )
     parser.add_argument("--out", type=Path, help="JSON results (default: none)")
     parser.add_argument("--from-json", type=Path, help="print the table of saved results, no timing")
     parser.add_argument("--memory-child", nargs=2, metavar=("LIB", "N"), help=argparse.SUPPRESS)
@@ -796,6 +1161,8 @@ def main(argv: list[str] | None = None) -> None:
             config["passes"] = args.passes
         if args.memory_n is not None:
             config["memory_n"] = args.memory_n
+        if args.vector_envs is not None:
+            config["vector_envs"] = args.vector_envs
         config["scratch"] = args.scratch
         config["disk_margin_gb"] = args.disk_margin_gb
         command = "OMP_NUM_THREADS=1 python -m benchmarks.replay_step " + " ".join(

@@ -53,3 +53,45 @@ def test_quick_run_writes_the_json(tmp_path: Path) -> None:
     assert "| 2^8 | prisample |" in replay_step.libraries_table(results)
     rows = replay_step.targets(results).splitlines()[2:]
     assert all(row.startswith("| 2^8 |") for row in rows)
+    # issue 23: the copy floor, prisample's phases against it, the 16-env add, the bounds met or not
+    assert len(results["loadavg_start"]) == 3 and len(block["loadavg_end"]) == 3
+    assert results["torch_threads"] == 1 and results["targets_issue23"] == replay_step.ISSUE23
+    floor = block["copy_floor"]
+    assert floor["us"] > 0 and floor["frames_per_batch"] == 160 and floor["batch_shape"] == [32, 5, 84, 84]
+    for entry in block["libraries"].values():
+        assert len(entry["ratio_to_copy_floor"]["per_pass"]) == 1
+    phases = block["phases"]
+    for key in (*replay_step.PHASES, "step"):
+        assert phases[key]["us"] > 0 and phases[key]["ratio_to_copy_floor"]["median"] > 0, key
+    parts = sum(phases[key]["us"] for key in replay_step.PHASES)
+    assert parts <= phases["step"]["us"] * 1.05, "the phases are clocked inside the step"
+    vector = block["vector_add"]
+    assert vector["envs"] == 16 and vector["us_per_transition"] == vector["us_per_call"] / 16
+    assert set(block["targets"]) == {"step_over_copy_floor", "vector_add_us_per_transition"} | (
+        {"cpprb_over_prisample"} if "cpprb" in found else set()
+    )
+    for key, t in block["targets"].items():
+        assert t["bound"] == replay_step.ISSUE23[key] and isinstance(t["met"], bool)
+    assert "| 2^8 | copy floor (160 frames, one take) |" in replay_step.libraries_table(results)
+    assert "| 2^8 | add_many, 16 envs | ≤ 10 µs per transition |" in replay_step.targets(results)
+
+
+def test_copy_floor_copies_the_frames_sample_returns() -> None:
+    """The floor reads the rows that ``sample`` gathers: the same frames as the batch's ``obs`` and
+    ``next_obs`` (160 for 32 one-step transitions), into its preallocated array."""
+    stream = replay_step.make_stream(64, seed=2)
+    contender = replay_step.Prisample(stream, 512)
+    contender.fill(512)
+    batch, draw = contender.replay.sample(replay_step.BATCH)
+    rows = replay_step.frame_rows(contender.replay, draw.indices)
+    assert rows.shape == (32, 5)
+    frames = contender.replay.memory.frame_pool.storage.to_numpy()[rows]  # type: ignore[union-attr]
+    assert np.array_equal(frames[:, :4], batch["obs"])
+    assert np.array_equal(frames[:, 1:], batch["next_obs"])
+    floor = replay_step.CopyFloor(contender, batches=3)
+    out = floor.out[5]
+    for i in range(4):
+        floor()
+        want = floor.frames[floor.rows[i % 3]]
+        assert np.array_equal(out, want), i
+    assert floor.info()["frames_per_batch"] == 160
