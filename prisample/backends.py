@@ -379,16 +379,17 @@ class GreedyBackend:
 
 
 @numba.njit(cache=True)
-def _dense_sync(raw: np.ndarray, dense: np.ndarray, pos: np.ndarray, count: int, slots: np.ndarray) -> int:
-    """Bring the dense list of non-empty slots in line with ``raw`` for ``slots``."""
+def _dense_sync(values: np.ndarray, dense: np.ndarray, pos: np.ndarray, count: int, slots: np.ndarray) -> int:
+    """Bring the dense list of non-empty slots in line with ``values`` written to ``slots``, in
+    order: a slot emptied and filled again in one write moves to the end, as with two writes."""
     for j in range(slots.shape[0]):
         slot = slots[j]
         h = pos[slot]
-        if not math.isnan(raw[slot]) and h < 0:
+        if not math.isnan(values[j]) and h < 0:
             dense[count] = slot
             pos[slot] = count
             count += 1
-        elif math.isnan(raw[slot]) and h >= 0:
+        elif math.isnan(values[j]) and h >= 0:
             count -= 1
             last = dense[count]
             dense[h] = last
@@ -416,11 +417,12 @@ class UniformBackend:
         self.tree = ArgMaxTree(raw)
         self.dense = np.zeros(self.capacity, dtype=np.int32)
         self.pos = np.full(self.capacity, -1, dtype=np.int32)
-        self.count = _dense_sync(self.raw, self.dense, self.pos, 0, np.flatnonzero(~np.isnan(raw)))
+        filled = np.flatnonzero(~np.isnan(raw))
+        self.count = _dense_sync(raw[filled], self.dense, self.pos, 0, filled)
 
     def write(self, slots: IntArray, values: FloatArray) -> None:
         self.tree.write(slots, values)
-        self.count = _dense_sync(self.raw, self.dense, self.pos, self.count, slots)
+        self.count = _dense_sync(values, self.dense, self.pos, self.count, slots)
 
     def sample(self, k: int, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
         slots = self.dense[rng.integers(0, self.count, size=k)].astype(np.int64)

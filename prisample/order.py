@@ -621,6 +621,11 @@ class SortedOrder:
     def count(self) -> int:
         return int(self.meta[1])
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held in the order's arrays (not ``keys`` and ``stamps``, which the owner holds)."""
+        return int(sum(a.nbytes for a in self._state()))
+
     def _state(self) -> tuple[npt.NDArray[Any], ...]:
         return (
             self.row_key,

@@ -320,6 +320,28 @@ class PrioritizedSampler(Sampler[int]):
         self._iter_draws.clear()  # warned once: stop recording
         warnings.warn(LAG_WARNING.format(lag=self._iter_count - drawn), UserWarning, stacklevel=3)
 
+    def write(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
+        """Removals and additions as one ordered write: ``priorities[j]`` NaN empties slot
+        ``indices[j]`` (as :meth:`remove`), a finite value ``>= 0`` fills it at that raw priority
+        (as :meth:`add` would at that maximum); in order, so a slot named twice keeps the last.
+        Exactly the effect of the same :meth:`remove` and :meth:`add` calls made one entry at a
+        time, in one call: a replay memory tells its sampler of a write's evictions and
+        admissions here.  Nothing changes unless every index is in range and every value NaN or
+        finite and ``>= 0``.
+        """
+        idx = as_indices(indices)
+        values = np.asarray(priorities, dtype=np.float64)
+        if values.shape != idx.shape:
+            raise ValueError(
+                f"priorities should have one value per index ({idx.shape[0]}), got {values.shape}"
+            )
+        with self._lock:
+            filled = ~np.isnan(values)
+            check_slots(self._raw, idx, need_filled=False)
+            check_slots(self._raw, idx[filled], values[filled], need_filled=False)
+            self._backend.write(idx, values)
+            self._written(idx)
+
     def remove(self, indices: npt.ArrayLike) -> None:
         """Empty slots: they are never drawn until added again."""
         idx = as_indices(indices)

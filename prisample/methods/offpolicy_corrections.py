@@ -281,6 +281,16 @@ class CorrectedSampler(PrioritizedSampler):
             if self._factors is not None:
                 self._factors.write(idx, np.full(idx.shape[0], np.nan))
 
+    def write(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
+        """:meth:`PrioritizedSampler.write`; emptied slots drop their factors, filled ones get 1
+        (as :meth:`remove` and :meth:`add` without ``corrections``)."""
+        idx = as_indices(indices)
+        values = np.asarray(priorities, dtype=np.float64)
+        with self.lock:
+            super().write(idx, values)
+            if self._factors is not None:
+                self._factors.write(idx, np.where(np.isnan(values), np.nan, 1.0))
+
     def _write(self, idx: IntArray, factors: FloatArray) -> None:
         if self._factors is None:
             raw = self.backend.raw

@@ -1,18 +1,28 @@
-"""Prioritized eviction: when the memory is full, the live transition of lowest priority leaves
-instead of the oldest (Schaul et al. 2016, Sec. 6, "Prioritized Memories": keep or erase
-memories by the same considerations that decide what to replay).
+"""Eviction strategies: which transition a full memory lets go (Schaul et al. 2016, Sec. 6,
+"Prioritized Memories": keep or erase memories by the same considerations that decide what to
+replay).
 
-:class:`PriorityEviction` keeps the live transitions exactly sorted by ``(priority, number)``
-(a :class:`~prisample.order.SortedOrder` whose stamps are the transitions' numbers), so the
-``k`` next victims are its last ``k`` ranks: lowest priority first, the oldest transition first
-among equal priorities.  The ring of :class:`~prisample.replay.memory.ReplayMemory` still evicts
-from its tail; before a write, each victim is swapped into the ring position that the write will
-evict (:meth:`~prisample.replay.memory.ReplayMemory.swap_slots`), so the memory, its frame pool
-and its reference counts need no other change.
+A :class:`~prisample.replay.PrioritizedReplay` holds one strategy, chosen once by its
+``eviction=`` argument, and calls it unconditionally around every write, priority update, draw
+and checkpoint:
 
-A transition keeps its number (``batch.generation``) when it moves to another slot, so a priority
-update names a transition by ``(slot, generation)``: an update for a slot that no longer holds
-that transition (evicted, or moved away) is dropped.
+:class:`FifoEviction` (``"fifo"``)
+    The ring's own order: the oldest transition leaves; every hook does nothing, and a
+    transition's generation is its slot's (:meth:`~prisample.replay.memory.ReplayMemory.generations`).
+:class:`PriorityEviction` (``"priority"``)
+    Keeps the live transitions exactly sorted by ``(priority, generation)`` (a
+    :class:`~prisample.order.SortedOrder` whose stamps are the transitions' generations), so the
+    ``k`` next victims are its last ``k`` ranks: lowest priority first, the oldest transition
+    first among equal priorities.  The ring of :class:`~prisample.replay.memory.ReplayMemory`
+    still evicts from its tail; before a write, each victim is swapped into the ring position
+    that the write will evict (:meth:`~prisample.replay.memory.ReplayMemory.swap_slots`), so the
+    memory, its frame pool and its reference counts need no other change.
+
+The transition id is its *generation*: the number it got when added (``batch.generation``).  The
+strategy owns it (:meth:`Eviction.generations`): under ``"priority"`` a transition keeps its
+generation when it moves to another slot, so a priority update names a transition by ``(slot,
+generation)`` and an update for a slot that no longer holds that transition (evicted, or moved
+away) is dropped.  (Checkpoints name the moved generations ``"numbers"``, as they always have.)
 """
 
 from __future__ import annotations
@@ -23,33 +33,102 @@ import numpy as np
 import numpy.typing as npt
 
 from prisample.order import SortedOrder
-from prisample.replay.memory import ReplayMemory
+from prisample.replay.memory import Inserted, ReplayMemory
 from prisample.sampler import PrioritizedSampler
 
-__all__ = ["EVICTIONS", "PriorityEviction", "check_eviction"]
+__all__ = ["EVICTIONS", "Eviction", "FifoEviction", "PriorityEviction", "check_eviction", "make_eviction"]
 
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+Swaps = list[tuple[int, int]]
 
 EVICTIONS = ("fifo", "priority")
 
 
-class PriorityEviction:
-    """The live transitions sorted by raw priority, ties by number: who leaves next.
+def events(done: Inserted, priorities: FloatArray, first: int = 0) -> tuple[IntArray, FloatArray]:
+    """A write as one ordered sequence of slot writes: row ``i``'s evictions (value NaN), then
+    row ``i`` (value ``priorities[i]``), from eviction ``first`` on (earlier ones left out)."""
+    slots, evicted, until = done.slots, done.evicted[first:], done.evicted_until - first
+    n, m = slots.shape[0], evicted.shape[0]
+    at = np.empty(n + m, dtype=np.int64)
+    at[np.arange(m) + np.searchsorted(until, np.arange(m), side="right")] = np.arange(m)
+    at[until + np.arange(n)] = m + np.arange(n)
+    return np.concatenate([evicted, slots])[at], np.concatenate([np.full(m, np.nan), priorities])[at]
 
-    ``keys`` mirrors the sampler's raw priorities (NaN: empty) and ``numbers`` the number of the
-    transition in each slot (-1: empty); the owner reports every write.
+
+class Eviction:
+    """Which transition leaves a full memory, and the generation of each live transition.
+
+    The replay calls every method unconditionally, under its lock: :meth:`arrange` before a write
+    (and :meth:`undo` when the write is rejected), :meth:`admitted` after it, :meth:`updated` after
+    a priority update, :meth:`generations` for draws and updates, :meth:`state_generations` /
+    :meth:`load` / :meth:`check` for checkpoints.  This base class is the ring's order
+    (``"fifo"``): nothing to do, and a live transition's generation is its slot's.
     """
 
-    def __init__(self, capacity: int) -> None:
-        self.keys = np.full(capacity, np.nan, dtype=np.float64)
-        self.numbers = np.full(capacity, -1, dtype=np.int64)
-        self.order = SortedOrder(self.keys, self.numbers)
+    name = "fifo"
 
     @property
     def nbytes(self) -> int:
-        return int(self.keys.nbytes + self.numbers.nbytes + sum(a.nbytes for a in self.order._state()))
+        return 0
+
+    def arrange(self, memory: ReplayMemory, n: int) -> Swaps:
+        """Prepare the memory for ``n`` writes; returns what to :meth:`undo` if the write fails."""
+        return []
+
+    def undo(self, memory: ReplayMemory, swaps: Swaps) -> None:
+        """Take back :meth:`arrange` (after a write that was rejected)."""
+
+    def moved(self, sampler: PrioritizedSampler, swaps: Swaps) -> None:
+        """After a write, before the sampler hears of it: the sampler's side of the ``swaps``
+        that :meth:`arrange` made (priorities move with their transitions)."""
+
+    def admitted(self, done: Inserted, priorities: FloatArray, head: int) -> None:
+        """After a write (``n_step = 1``) and the sampler's side of it: the transitions
+        ``done.evicted`` left and ``done.slots`` entered at ``priorities`` (row ``i`` is
+        generation ``head + i``)."""
+
+    def updated(self, slots: IntArray, values: FloatArray) -> None:
+        """Priorities of live transitions changed (after the sampler's update)."""
+
+    def generations(self, slots: IntArray, live: IntArray) -> IntArray:
+        """The generation of the transition in each slot, given the memory's live generations
+        ``live`` of those slots (``-1``: none)."""
+        return live
+
+    def state_generations(self) -> IntArray | None:
+        """The state's ``"numbers"``: ``None`` unless transitions move between slots."""
+        return None
+
+    def load(self, priorities: FloatArray, generations: IntArray) -> None:
+        """Assign checked state: the sampler's raw priorities and each slot's generation."""
+
+    def check(self, priorities: FloatArray) -> None:
+        """Raise ``ValueError`` unless the strategy agrees with the sampler's ``priorities``."""
+
+
+class FifoEviction(Eviction):
+    """``eviction="fifo"``: the oldest transition leaves (the ring's own order)."""
+
+
+class PriorityEviction(Eviction):
+    """The live transitions sorted by raw priority, ties by generation: who leaves next.
+
+    ``keys`` mirrors the sampler's raw priorities (NaN: empty) and ``generation`` the generation
+    of the transition in each slot (-1: empty); the owner reports every write.
+    """
+
+    name = "priority"
+
+    def __init__(self, capacity: int) -> None:
+        self.keys = np.full(capacity, np.nan, dtype=np.float64)
+        self.generation = np.full(capacity, -1, dtype=np.int64)
+        self.order = SortedOrder(self.keys, self.generation)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.generation.nbytes + self.order.nbytes)
 
     def victims(self, k: int) -> IntArray:
         """The slots of the ``k`` transitions that leave next: lowest priority first, the oldest
@@ -57,7 +136,7 @@ class PriorityEviction:
         count = self.order.count
         return self.order.select(np.arange(count - 1, count - 1 - k, -1, dtype=np.int64))
 
-    def arrange(self, memory: ReplayMemory, n: int) -> list[tuple[int, int]]:
+    def arrange(self, memory: ReplayMemory, n: int) -> Swaps:
         """Swap the victims of the next ``n`` writes into the ring positions those writes evict
         (the ``j``-th victim to the ``j``-th oldest position); returns the swaps, in order.
 
@@ -90,67 +169,71 @@ class PriorityEviction:
                 at[moved], holder[source] = source, moved
         return swaps
 
-    @staticmethod
-    def undo(memory: ReplayMemory, swaps: list[tuple[int, int]]) -> None:
-        """Swap back (after a write that was rejected)."""
+    def undo(self, memory: ReplayMemory, swaps: Swaps) -> None:
         for a, b in reversed(swaps):
             memory.swap_slots(a, b)
 
-    def commit(self, sampler: PrioritizedSampler, swaps: list[tuple[int, int]]) -> None:
-        """The sampler's and the order's side of ``swaps``: priorities and numbers move with
-        their transitions."""
+    def admitted(self, done: Inserted, priorities: FloatArray, head: int) -> None:
+        """The order's side of a whole write in one ordered write: each row's evictions, then
+        the row."""
+        n = done.slots.shape[0]
+        if n == 0:
+            return
+        slots, values = events(done, priorities)
+        generation = np.where(np.isnan(values), -1, 0)
+        generation[~np.isnan(values)] = head + np.arange(n, dtype=np.int64)
+        self.order.write(slots, values, generation)
+
+    def moved(self, sampler: PrioritizedSampler, swaps: Swaps) -> None:
         if not swaps:
             return
         content: dict[int, tuple[float, int]] = {}
         for a, b in swaps:
-            ca = content.get(a, (float(self.keys[a]), int(self.numbers[a])))
-            cb = content.get(b, (float(self.keys[b]), int(self.numbers[b])))
+            ca = content.get(a, (float(self.keys[a]), int(self.generation[a])))
+            cb = content.get(b, (float(self.keys[b]), int(self.generation[b])))
             content[a], content[b] = cb, ca
         slots = np.fromiter(content, dtype=np.int64, count=len(content))
         values = np.array([content[s][0] for s in content], dtype=np.float64)
-        numbers = np.array([content[s][1] for s in content], dtype=np.int64)
+        generation = np.array([content[s][1] for s in content], dtype=np.int64)
         sampler.update_priorities(slots, values)
-        self.order.write(slots, values, numbers)
-
-    def added(self, slot: int, priority: float, number: int) -> None:
-        self.order.write(
-            np.array([slot], dtype=np.int64), np.array([priority]), np.array([number], dtype=np.int64)
-        )
-
-    def removed(self, slots: IntArray) -> None:
-        self.order.write(slots, np.full(slots.shape[0], np.nan), np.full(slots.shape[0], -1, dtype=np.int64))
+        self.order.write(slots, values, generation)
 
     def updated(self, slots: IntArray, values: FloatArray) -> None:
-        self.order.write(slots, values, self.numbers[slots])
+        self.order.write(slots, values, self.generation[slots])
 
-    def load(self, priorities: FloatArray, numbers: IntArray) -> None:
-        """Assign checked state: the sampler's raw priorities and the transitions' numbers."""
+    def generations(self, slots: IntArray, live: IntArray) -> IntArray:
+        return np.where(live >= 0, self.generation[slots], -1)
+
+    def state_generations(self) -> IntArray:
+        return self.generation.copy()
+
+    def load(self, priorities: FloatArray, generations: IntArray) -> None:
         self.keys[:] = priorities
-        self.numbers[:] = numbers
+        self.generation[:] = generations
         self.order.rebuild()
 
-    def state_numbers(self) -> IntArray:
-        return self.numbers.copy()
-
     def check(self, priorities: FloatArray) -> None:
-        """Raise ``ValueError`` unless the mirror and the order agree with the sampler's
-        ``priorities``."""
         empty = np.isnan(priorities)
         if not np.array_equal(self.keys, priorities, equal_nan=True):
             raise ValueError("eviction keys should mirror the sampler's raw priorities")
-        if not np.array_equal(self.numbers < 0, empty) or np.any(self.numbers[empty] != -1):
+        if not np.array_equal(self.generation < 0, empty) or np.any(self.generation[empty] != -1):
             raise ValueError("eviction numbers should be -1 exactly on the empty slots")
-        filled = self.numbers[~empty]
+        filled = self.generation[~empty]
         if np.unique(filled).shape[0] != filled.shape[0]:
             raise ValueError("eviction numbers should be distinct on the live slots")
         count = self.order.count
         if count != filled.shape[0]:
             raise ValueError(f"eviction order should hold {filled.shape[0]} slots, but holds {count}")
         ranked = self.order.select(np.arange(count, dtype=np.int64))
-        key, number = self.keys[ranked], self.numbers[ranked]
+        key, number = self.keys[ranked], self.generation[ranked]
         ordered = (key[:-1] > key[1:]) | ((key[:-1] == key[1:]) & (number[:-1] > number[1:]))
         if not ordered.all():
             raise ValueError("eviction order should sort the live slots by (priority, number) descending")
+
+
+def make_eviction(name: str, capacity: int) -> Eviction:
+    """The strategy named ``name`` (checked) for a memory of ``capacity`` slots."""
+    return PriorityEviction(capacity) if check_eviction(name) == "priority" else FifoEviction()
 
 
 def check_eviction(value: Any) -> str:

@@ -22,21 +22,39 @@ from __future__ import annotations
 import queue
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prisample._validation import check_positive_int
 from prisample.replay.batch import ReplayBatch
 from prisample.sampler import Draw
 
-if TYPE_CHECKING:
-    from prisample.replay.prioritized import PrioritizedReplay
-
-__all__ = ["Item", "Prefetcher"]
+__all__ = ["Item", "Prefetcher", "Samples"]
 
 
 Item = tuple[ReplayBatch, Draw]
+
+
+class Samples(Protocol):
+    """What a :class:`Prefetcher` draws from: anything with ``sample(k) -> (batch, draw)`` (a
+    :class:`~prisample.replay.PrioritizedReplay`)."""
+
+    def sample(self, k: int) -> Item: ...
+
+
+def _sampling(source: Samples | Callable[[int], Item]) -> Callable[[int], Item]:
+    """The sampling callable: ``source.sample``, or ``source`` itself when it is a callable."""
+    method = getattr(source, "sample", None)
+    if callable(method):
+        return method  # type: ignore[no-any-return]
+    if callable(source):
+        return source
+    raise TypeError(
+        f"replay should have a sample(k) method or be a callable k -> (batch, draw), "
+        f"but got {type(source).__name__}"
+    )
+
 
 _END = object()  # the producer drew ``total`` batches
 _POLL_S = 0.1  # how often a waiting next() checks that the producer is still alive
@@ -50,7 +68,7 @@ class _Failure:
 
 
 def _produce(
-    replay: PrioritizedReplay,
+    sample: Callable[[int], Item],
     k: int,
     total: int | None,
     out: queue.SimpleQueue[Any],
@@ -65,7 +83,7 @@ def _produce(
             room.acquire()  # one per batch taken: at most ``depth`` drawn ahead
             if stop.is_set():
                 return
-            out.put(replay.sample(k))  # draw, gather and draw record under the replay's lock
+            out.put(sample(k))  # draw, gather and draw record under the replay's lock
             drawn += 1
         out.put(_END)
     except BaseException as error:  # re-raised in the caller's next()
@@ -100,9 +118,11 @@ class Prefetcher(Iterator[Item]):
     """
 
     def __init__(
-        self, replay: PrioritizedReplay, k: int, *, depth: int = 1, total: int | None = None
+        self, replay: Samples | Callable[[int], Item], k: int, *, depth: int = 1, total: int | None = None
     ) -> None:
         self.replay = replay
+        """What the batches are drawn from (a replay, or a sampling callable ``k -> (batch, draw)``)."""
+        self._sample = _sampling(replay)
         self.k = check_positive_int(k, "k")
         self.depth = check_positive_int(depth, "depth", minimum=0)
         self.total = None if total is None else check_positive_int(total, "total", minimum=0)
@@ -117,7 +137,7 @@ class Prefetcher(Iterator[Item]):
         self._halt = threading.Event()
         self._thread = threading.Thread(
             target=_produce,
-            args=(replay, self.k, self.total, self._queue, self._room, self._halt),
+            args=(self._sample, self.k, self.total, self._queue, self._room, self._halt),
             name="prisample-prefetch",
             daemon=True,
         )
@@ -138,7 +158,7 @@ class Prefetcher(Iterator[Item]):
             if self.total is not None and self.taken >= self.total:
                 self._closed = True
                 raise StopIteration
-            item = self.replay.sample(self.k)
+            item = self._sample(self.k)
             self.taken += 1
             return item
         while True:

@@ -7,7 +7,7 @@ import dataclasses
 import numbers
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -22,14 +22,12 @@ from prisample._validation import (
 )
 from prisample.replay._checks import as_state_array, check_keys
 from prisample.replay.batch import ReplayBatch
-from prisample.replay.eviction import PriorityEviction, check_eviction
+from prisample.replay.eviction import Swaps, check_eviction, events, make_eviction
 from prisample.replay.frames import reserve_rows
 from prisample.replay.memory import CheckedState, Inserted, ReplayMemory
+from prisample.replay.prefetch import Prefetcher
 from prisample.sampler import Draw, PrioritizedSampler
 from prisample.weights import LinearSchedule, WeightNorm
-
-if TYPE_CHECKING:
-    from prisample.replay.prefetch import Prefetcher
 
 __all__ = ["REPLAY_STATE_VERSION", "PrioritizedReplay"]
 
@@ -158,7 +156,7 @@ class PrioritizedReplay:
         )
         self._drawn = np.full(self.memory.capacity, -1, dtype=np.int64)  # generation at last draw
         self.dropped_updates = 0
-        self._evictor = PriorityEviction(self.memory.capacity) if self.eviction == "priority" else None
+        self._eviction = make_eviction(self.eviction, self.memory.capacity)
 
     @property
     def lock(self) -> threading.RLock:
@@ -178,7 +176,7 @@ class PrioritizedReplay:
     def nbytes(self) -> int:
         """Bytes held by the memory, the sampler and the draw record."""
         with self.lock:
-            extra = 0 if self._evictor is None else self._evictor.nbytes
+            extra = self._eviction.nbytes
             return self.memory.nbytes + self.sampler.nbytes + self._drawn.nbytes + extra
 
     def add(
@@ -197,13 +195,13 @@ class PrioritizedReplay:
         obs, next_obs, action = _host(obs, "obs"), _host(next_obs, "next_obs"), _host(action, "action")
         extras = {name: _host(value, name) for name, value in extras.items()}
         with self.lock:
-            swaps, head = self._make_room(1), self.memory.num_added
+            swaps, head = self._eviction.arrange(self.memory, 1), self.memory.num_added
             try:
                 done = self.memory.insert(
                     obs, action, reward, discount, next_obs, episode_end=episode_end, stream=stream, **extras
                 )
             except BaseException:
-                self._unmake_room(swaps)
+                self._eviction.undo(self.memory, swaps)
                 raise
             self._admit(done, swaps, head)
         return int(done.slots[0])
@@ -234,7 +232,7 @@ class PrioritizedReplay:
         extras = {name: _host(value, name) for name, value in extras.items()}
         initial = None if priorities is None else self._initial_priorities(priorities, _leading(reward))
         with self.lock:
-            swaps, head = self._make_room(_leading(reward)), self.memory.num_added
+            swaps, head = self._eviction.arrange(self.memory, _leading(reward)), self.memory.num_added
             try:
                 done = self.memory.insert_many(
                     obs,
@@ -247,7 +245,7 @@ class PrioritizedReplay:
                     **extras,
                 )
             except BaseException:
-                self._unmake_room(swaps)
+                self._eviction.undo(self.memory, swaps)
                 raise
             self._admit(done, swaps, head)
             if initial is not None:
@@ -274,8 +272,7 @@ class PrioritizedReplay:
             slots, values = slots[live], values[live]
         if slots.shape[0]:
             self.sampler.update_priorities(slots, values)
-            if self._evictor is not None:
-                self._evictor.updated(slots, values)
+            self._eviction.updated(slots, values)
 
     def add_vector_step(
         self,
@@ -296,7 +293,8 @@ class PrioritizedReplay:
         obs, next_obs, reward = _host(obs, "obs"), _host(next_obs, "next_obs"), _host(reward, "reward")
         extras = {name: _host(value, name) for name, value in extras.items()}
         with self.lock:
-            swaps, head = self._make_room(_leading(reward)), self.memory.num_added  # at most one per env
+            # at most one row per env
+            swaps, head = self._eviction.arrange(self.memory, _leading(reward)), self.memory.num_added
             try:
                 done = self.memory.insert_vector_step(
                     obs,
@@ -311,62 +309,65 @@ class PrioritizedReplay:
                     **extras,
                 )
             except BaseException:
-                self._unmake_room(swaps)
+                self._eviction.undo(self.memory, swaps)
                 raise
             self._admit(done, swaps, head)
         return done.slots
 
-    def _make_room(self, n: int) -> list[tuple[int, int]]:
-        """``eviction="priority"``: move the victims of the next ``n`` writes into the ring
-        positions they evict (memory only; :meth:`_admit` tells the sampler)."""
-        if self._evictor is None:
-            return []
-        return self._evictor.arrange(self.memory, n)
-
-    def _unmake_room(self, swaps: list[tuple[int, int]]) -> None:
-        if self._evictor is not None:
-            self._evictor.undo(self.memory, swaps)
-
-    def _admit(self, done: Inserted, swaps: list[tuple[int, int]] | None = None, head: int = 0) -> None:
+    def _admit(self, done: Inserted, swaps: Swaps, head: int) -> None:
         """The sampler's side of a write: evicted transitions leave, the new ones enter at the
-        maximum priority of what remains.
+        maximum priority of the memory they join; then the eviction strategy's side.
 
-        Transition by transition, in order: each enters at the maximum of the memory it joins.
-        ``swaps`` (``eviction="priority"``) moved transitions before the write; ``head`` is the
-        number of the write's first transition.
+        ``swaps`` (from :meth:`Eviction.arrange`) moved transitions before the write; ``head`` is
+        the generation of the write's first transition.  Under n-step the step's removals come
+        first, then its completed windows at once.
         """
-        slots, evicted, until = done.slots, done.evicted, done.evicted_until
-        evictor = self._evictor
-        if evictor is not None:
-            evictor.commit(self.sampler, swaps or [])
-            start = 0
-            for i in range(slots.shape[0]):
-                if until[i] > start:
-                    gone = evicted[start : until[i]]
-                    self.sampler.remove(gone)
-                    evictor.removed(gone)
-                    start = int(until[i])
-                priority = self.sampler.max_priority
-                self.sampler.add(slots[i : i + 1])
-                evictor.added(int(slots[i]), priority, head + i)
-            return
-        if self.memory.n_step > 1:  # the step's removals, then its completed windows at once
-            if evicted.shape[0]:
-                self.sampler.remove(evicted)
+        self._eviction.moved(self.sampler, swaps)
+        if self.memory.n_step > 1:
+            if done.evicted.shape[0]:
+                self.sampler.remove(done.evicted)
             if done.completed.shape[0]:
                 self.sampler.add(done.completed)
             return
-        if slots.shape[0] == 1:
-            if evicted.shape[0]:
-                self.sampler.remove(evicted)
-            self.sampler.add(slots)
-            return
+        priorities = self._enter(done, head)
+        self._eviction.admitted(done, priorities, head)
+
+    def _enter(self, done: Inserted, head: int) -> npt.NDArray[np.float64]:
+        """``n_step = 1``: the sampler's side of a write, row by row in effect (each row's
+        evictions leave, then the row enters at the maximum of the memory it joins, 1 if empty)
+        but in two ordered sampler writes: the first row's evictions, then the rest of the write.
+        Returns the rows' priorities.
+
+        Unless the write evicted one of its own rows (more rows than room: then row by row),
+        every row enters at the same ``p``, the maximum once the first row's evictions left: a
+        later row joins a memory holding the earlier rows at ``p`` and older transitions at most
+        ``p``.
+        """
+        slots, evicted, until = done.slots, done.evicted, done.evicted_until
+        n = slots.shape[0]
+        if n == 0:
+            return np.empty(0, dtype=np.float64)
+        if self.memory.num_evicted > head:  # a row of this write left again
+            return self._enter_rows(done)
+        first = int(until[0])
+        if first:
+            self.sampler.remove(evicted[:first])
+        priorities = np.full(n, self.sampler.max_priority)
+        self.sampler.write(*events(done, priorities, first))
+        return priorities
+
+    def _enter_rows(self, done: Inserted) -> npt.NDArray[np.float64]:
+        """:meth:`_enter` row by row (a write that evicted its own rows)."""
+        slots, evicted, until = done.slots, done.evicted, done.evicted_until
+        priorities = np.empty(slots.shape[0], dtype=np.float64)
         start = 0
         for i in range(slots.shape[0]):
             if until[i] > start:
                 self.sampler.remove(evicted[start : until[i]])
                 start = int(until[i])
+            priorities[i] = self.sampler.max_priority
             self.sampler.add(slots[i : i + 1])
+        return priorities
 
     def sample(self, k: int) -> tuple[ReplayBatch, Draw]:
         """Draw ``k`` live transitions: ``(batch, draw)`` with ``batch`` as :meth:`ReplayMemory.get`
@@ -386,15 +387,13 @@ class PrioritizedReplay:
                 )
             draw = self.sampler.sample(k)
             batch = self.memory.get(draw.indices, weights=draw.weights)
-            generation = batch.generation
-            if self._evictor is not None:  # the transitions' numbers (kept when they move)
-                generation = self._evictor.numbers[draw.indices]
+            live = self.memory.generations(draw.indices)  # the host's copy (drawn: all live)
+            generation = self._eviction.generations(draw.indices, live)
+            if generation is not live:  # moved transitions keep their generations
                 device_generation: Any = generation.copy()
                 if self.memory.device is not None:
                     device_generation = torch.from_numpy(device_generation).to(self.memory.device)
                 batch = dataclasses.replace(batch, generation=device_generation)
-            elif not isinstance(generation, np.ndarray):  # on the device: read the host's copy
-                generation = self.memory.generations(draw.indices)
             self._drawn[draw.indices] = generation
         if self.memory.device is not None:  # the weights as the learner needs them: on its device
             draw = dataclasses.replace(draw, weights=cast(Any, batch.weights))
@@ -410,8 +409,6 @@ class PrioritizedReplay:
         ``next()``, exactly :meth:`sample`).  ``total`` stops after that many batches.  Pass
         ``generations=batch.generation`` to :meth:`update_priorities`.
         """
-        from prisample.replay.prefetch import Prefetcher
-
         return Prefetcher(self, k, depth=depth, total=total)
 
     def update_priorities(
@@ -443,8 +440,7 @@ class PrioritizedReplay:
                         f"(never filled; all such: {np.unique(idx[never])[:8].tolist()}; "
                         f"{len(self.memory)} of {self.memory.capacity} slots hold transitions)"
                     )
-            if self._evictor is not None:
-                current = np.where(current >= 0, self._evictor.numbers[idx], -1)
+            current = self._eviction.generations(idx, current)
             check_finite_priorities(values)
             if expected is None:
                 expected = self._drawn[idx]
@@ -459,8 +455,7 @@ class PrioritizedReplay:
                 idx, values = idx[keep], values[keep]
             if idx.shape[0]:
                 self.sampler.update_priorities(idx, values)
-                if self._evictor is not None:
-                    self._evictor.updated(idx, values)
+                self._eviction.updated(idx, values)
 
     def generations(self, slots: npt.ArrayLike) -> IntArray:
         """Number of the transition each slot holds, as ``batch.generation`` gives it (``-1``:
@@ -468,9 +463,7 @@ class PrioritizedReplay:
         another slot, so this is not always :meth:`ReplayMemory.generations`."""
         with self.lock:
             current = self.memory.live_generations(slots)
-            if self._evictor is not None:
-                current = np.where(current >= 0, self._evictor.numbers[as_indices(slots, "slots")], -1)
-            return current
+            return self._eviction.generations(as_indices(slots, "slots"), current)
 
     def check_valid(self) -> None:
         """Raise ``ValueError`` naming the first broken invariant: the memory's
@@ -481,8 +474,7 @@ class PrioritizedReplay:
             filled = ~np.isnan(self.sampler.priorities)
             if not np.array_equal(filled, self.memory.drawable(np.arange(self.capacity))):
                 raise ValueError("sampler should be filled exactly in the memory's drawable slots")
-            if self._evictor is not None:
-                self._evictor.check(self.sampler.priorities)
+            self._eviction.check(self.sampler.priorities)
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self, include_memory: bool = False, *, copy: bool = True) -> dict[str, Any]:
@@ -502,7 +494,7 @@ class PrioritizedReplay:
             "memory_head": self.memory.num_added,
             "memory_tail": self.memory.num_evicted,
             "eviction": self.eviction,
-            "numbers": None if self._evictor is None else self._evictor.state_numbers(),
+            "numbers": self._eviction.state_generations(),
         }
         if include_memory:
             state["memory"] = self.memory.state_dict(copy=copy)
@@ -602,8 +594,7 @@ class PrioritizedReplay:
             self.memory.commit_state(memory)
         self._drawn[:] = drawn
         self.dropped_updates = counts["dropped_updates"]
-        if self._evictor is not None:
-            self._evictor.load(self.sampler.priorities, slot_numbers)
+        self._eviction.load(self.sampler.priorities, slot_numbers)
 
     def _checked_numbers(
         self, value: Any, eviction: str, generation: IntArray, live: npt.NDArray[np.bool_], head: int
