@@ -318,9 +318,9 @@ class PrioritizedReplay:
         """The sampler's side of a write: evicted transitions leave, the new ones enter at the
         maximum priority of the memory they join; then the eviction strategy's side.
 
-        ``swaps`` (from :meth:`Eviction.arrange`) moved transitions before the write; ``head`` is
-        the generation of the write's first transition.  Under n-step the step's removals come
-        first, then its completed windows at once.
+        ``swaps`` (from :meth:`~prisample.replay.eviction.Eviction.arrange`) moved transitions
+        before the write; ``head`` is the generation of the write's first transition.  Under n-step
+        the step's removals come first, then its completed windows at once.
         """
         self._eviction.moved(self.sampler, swaps)
         if self.memory.n_step > 1:
