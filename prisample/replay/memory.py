@@ -551,7 +551,6 @@ class ReplayMemory:
     ) -> Inserted:
         """:meth:`add`, returning what changed: the slot, the evicted slots, the completed ones."""
         dtype = self._infer_dtype(obs)
-        fresh = self._storage is None
         obs_a = self._one_obs(obs, "obs", dtype)
         next_a = self._one_obs(next_obs, "next_obs", dtype)
         action_a = cast(
@@ -570,21 +569,22 @@ class ReplayMemory:
         if not 0 <= stream < self.num_streams:
             raise ValueError(f"stream should lie in [0, {self.num_streams}), but got stream={stream}")
         extra_rows = self._extra_values(extras, None) if (extras or self.extras) else None
-        if fresh:
-            self._attach(self._allocate(dtype))
-            if self.frame_pool is not None:
-                obs_a, next_a = self.frame_pool.as_words(obs_a), self.frame_pool.as_words(next_a)
-        slot, evicted, completed = self._commit(
-            obs_a, next_a, action_a, reward_f, discount_f, bool(episode_end), int(stream), extra_rows, 0
-        )
-        if self.frame_pool is not None:
-            self.frame_pool.flush()  # a device pool's staged frames in one write
-        slots = np.array([slot], dtype=np.int64)
-        return Inserted(
-            slots,
-            evicted,
-            np.array([evicted.shape[0]], dtype=np.int64),
-            slots if completed is None else completed,
+        # a batch of one: the checked values given a leading axis
+        if isinstance(obs_a, dict):
+            obs_a = {k: v[None] for k, v in obs_a.items()}
+            next_a = {k: v[None] for k, v in next_a.items()}
+        else:
+            obs_a, next_a = obs_a[None], next_a[None]
+        return self._write(
+            dtype,
+            obs_a,
+            next_a,
+            action_a[None],
+            np.array([reward_f], dtype=np.float64),
+            np.array([discount_f], dtype=np.float64),
+            np.array([bool(episode_end)]),
+            np.array([int(stream)], dtype=np.int64),
+            extra_rows,
         )
 
     def _commit(
@@ -626,7 +626,7 @@ class ReplayMemory:
                 "pass episode_end=True at the end of an episode, and one stream= per environment "
                 "when several share the memory",
                 RuntimeWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         evicted = self._evicted[:n].copy()
         if self._nstep is None:
@@ -701,8 +701,7 @@ class ReplayMemory:
                 cols.resend(both)
 
     def _one_obs(self, value: Any, name: str, dtype: DTypes) -> Any:
-        """One observation checked and cast: machine words for array observations (once the pool
-        exists; the cast array before), a dict of arrays for dict observations."""
+        """One observation checked and cast (C-contiguous), a dict of arrays for dict observations."""
         if isinstance(dtype, dict):
             assert self.obs_keys is not None
             if not isinstance(value, Mapping) or set(value) != set(self.obs_keys):
@@ -724,7 +723,7 @@ class ReplayMemory:
             array = cast(array, dtype, name)
         if not array.flags.c_contiguous:
             array = np.ascontiguousarray(array)
-        return array if self.frame_pool is None else self.frame_pool.as_words(array)
+        return array
 
     def _extra_values(self, values: Mapping[str, Any], n: int | None) -> dict[str, npt.NDArray[Any]]:
         """The declared extras checked and cast (``n`` rows each, or one value when ``n`` is None)."""
@@ -808,6 +807,34 @@ class ReplayMemory:
             j = int(np.argmax(bad))
             raise ValueError(f"streams should lie in [0, {self.num_streams}), but got streams[{j}]={ids[j]}")
         extra_rows = self._extra_values(extras, n) if (extras or self.extras) else None
+        return self._write(
+            dtype,
+            obs_a,
+            next_a,
+            action_a,
+            rewards.astype(np.float64),
+            discounts.astype(np.float64),
+            ends,
+            ids,
+            extra_rows,
+        )
+
+    def _write(
+        self,
+        dtype: DTypes,
+        obs_a: Any,
+        next_a: Any,
+        action_a: npt.NDArray[Any],
+        rewards: npt.NDArray[np.float64],
+        discounts: npt.NDArray[np.float64],
+        ends: npt.NDArray[np.bool_],
+        ids: IntArray,
+        extra_rows: dict[str, npt.NDArray[Any]] | None,
+    ) -> Inserted:
+        """The one write: ``n`` checked transitions (leading axis ``n``, observations cast to
+        ``dtype``, rewards and discounts as float64 so that a single add's reward reaches the n-step
+        sums unrounded) stored in order; returns what changed."""
+        n = action_a.shape[0]
         empty = np.empty(0, dtype=np.int64)
         if n == 0:
             return Inserted(empty, empty, empty, empty)
@@ -854,7 +881,7 @@ class ReplayMemory:
             ready = empty
         else:
             ready = np.concatenate(completed)
-            if total or ready.shape[0] > 1:
+            if n > 1 and (total or ready.shape[0] > 1):
                 ready = ready[self._nstep.is_complete(ready)]
                 _, first = np.unique(ready, return_index=True)
                 ready = ready[np.sort(first)]
