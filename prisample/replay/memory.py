@@ -587,63 +587,31 @@ class ReplayMemory:
             extra_rows,
         )
 
-    def _commit(
+    def _write_columns(
         self,
-        obs: Any,
-        next_obs: Any,
+        slots: IntArray,
+        head0: int,
         action: npt.NDArray[Any],
-        reward: float,
-        discount: float,
-        episode_end: bool,
-        stream: int,
+        rewards: npt.NDArray[np.float64],
+        discounts: npt.NDArray[np.float64],
         extras: dict[str, npt.NDArray[Any]] | None,
-        row: int,
-    ) -> tuple[int, IntArray, IntArray | None]:
-        """Store one checked transition (``extras[name][row]`` its extras); returns the slot, the
-        evicted slots and, under n-step, the slots whose windows it completed."""
-        tail0, head = self._tail, self._head
-        pool = self.frame_pool
-        if pool is not None:
-            expected = not self._stream_ended[stream] and pool.stream_live(stream)
-            slot, self._tail, n, continued = pool.store(
-                obs, next_obs, stream, self._obs_rows, self._next_rows, tail0, head, self._evicted
-            )
-        else:
-            slot, n, continued = self._store_dict(obs, next_obs, stream)
-            expected = False
-        self._generation[slot] = head
-        self._action[slot] = action
-        self._reward[slot] = reward
-        self._discount[slot] = discount
+    ) -> None:
+        """The per-transition columns of the first ``len(slots)`` rows of a write, one assignment
+        each; a slot written twice in the call (more rows than ``capacity``) keeps its last row."""
+        m = slots.shape[0]
+        if m == 0:
+            return
+        rows: Any = slice(0, m)
+        if m > self.capacity:
+            rows = m - 1 - np.unique(slots[::-1], return_index=True)[1]
+            slots = slots[rows]
+        self._generation[slots] = head0 + (np.arange(m, dtype=np.int64)[rows])
+        self._action[slots] = action[rows]
+        self._reward[slots] = rewards[rows]
+        self._discount[slots] = discounts[rows]
         if extras is not None:
             for name, column in self._extra.items():
-                column[slot] = extras[name][row]
-        self._stream_ended[stream] = episode_end
-        self._head = head + 1
-        if expected and not continued and self.frame_stack > 1:
-            warnings.warn(
-                f"obs does not continue the last transition of stream {stream} and was stored in full: "
-                "pass episode_end=True at the end of an episode, and one stream= per environment "
-                "when several share the memory",
-                RuntimeWarning,
-                stacklevel=5,
-            )
-        evicted = self._evicted[:n].copy()
-        if self._nstep is None:
-            return slot, evicted, None
-        if n:
-            self._nstep.evict(evicted, np.arange(tail0, tail0 + n, dtype=np.int64))
-        done = self._nstep.push(
-            slot,
-            head,
-            stream,
-            reward,
-            discount,
-            episode_end=episode_end,
-            continues=bool(continued),
-            out=self._completed,
-        )
-        return slot, evicted, done.copy()
+                column[slots] = extras[name][rows]
 
     def _store_dict(
         self, obs: dict[str, Any], next_obs: dict[str, Any], stream: int
@@ -852,25 +820,66 @@ class ReplayMemory:
         until = np.empty(n, dtype=np.int64)
         evicted: list[IntArray] = []
         completed: list[IntArray] = []
-        total = 0
-        for i in range(n):
-            slots[i], out, done = self._commit(
-                obs_rows[i],
-                next_rows[i],
-                action_a[i],
-                float(rewards[i]),
-                float(discounts[i]),
-                bool(ends[i]),
-                int(ids[i]),
-                extra_rows,
-                i,
-            )
-            if out.shape[0]:
-                evicted.append(out)
-                total += out.shape[0]
-            if done is not None and done.shape[0]:
-                completed.append(done)
-            until[i] = total
+        total, stored, head0 = 0, 0, self._head
+        pool, nstep = self.frame_pool, self._nstep
+        ended, warn_on_break = self._stream_ended, pool is not None and self.frame_stack > 1
+        try:
+            # Per row, in order: the frames (deduplicated against the stream's last stack, the
+            # pool's reference counts), the ring's evictions and the n-step windows depend on the
+            # rows before.  The per-transition columns do not: written once below.
+            for i in range(n):
+                stream = int(ids[i])
+                tail0, head = self._tail, self._head
+                if pool is not None:
+                    expected = not ended[stream] and pool.stream_live(stream)
+                    slot, self._tail, k, continued = pool.store(
+                        obs_rows[i],
+                        next_rows[i],
+                        stream,
+                        self._obs_rows,
+                        self._next_rows,
+                        tail0,
+                        head,
+                        self._evicted,
+                    )
+                else:
+                    slot, k, continued = self._store_dict(obs_rows[i], next_rows[i], stream)
+                    expected = False
+                slots[i] = slot
+                stored = i + 1
+                end = bool(ends[i])
+                ended[stream] = end
+                self._head = head + 1
+                if warn_on_break and expected and not continued:
+                    warnings.warn(
+                        f"obs does not continue the last transition of stream {stream} and was stored "
+                        "in full: pass episode_end=True at the end of an episode, and one stream= per "
+                        "environment when several share the memory",
+                        RuntimeWarning,
+                        stacklevel=4,
+                    )
+                if k:
+                    out = self._evicted[:k].copy()
+                    evicted.append(out)
+                    total += k
+                    if nstep is not None:
+                        nstep.evict(out, np.arange(tail0, tail0 + k, dtype=np.int64))
+                if nstep is not None:
+                    done = nstep.push(
+                        slot,
+                        head,
+                        stream,
+                        float(rewards[i]),
+                        float(discounts[i]),
+                        episode_end=end,
+                        continues=bool(continued),
+                        out=self._completed,
+                    )
+                    if done.shape[0]:
+                        completed.append(done.copy())
+                until[i] = total
+        finally:
+            self._write_columns(slots[:stored], head0, action_a, rewards, discounts, extra_rows)
         if self.frame_pool is not None:
             self.frame_pool.flush()  # a vector step's new frames in one write on a device
         gone = np.concatenate(evicted) if evicted else empty
@@ -981,16 +990,7 @@ class ReplayMemory:
                         f"but got shape {array.shape}"
                     )
                 picked[name] = array[rows.streams]
-            done = self.insert_many(
-                rows.obs,
-                rows.action,
-                rows.reward,
-                rows.discount,
-                rows.next_obs,
-                episode_end=rows.episode_end,
-                streams=rows.streams,
-                **picked,
-            )
+            done = self._insert_converted(rows, picked)
         except BaseException:
             converter.load_state_dict(saved)
             raise
@@ -998,6 +998,29 @@ class ReplayMemory:
             self.vector_converter, self._vector_configured = converter, autoreset_mode
             self._vector_configured = getattr(autoreset_mode, "value", autoreset_mode)
         return done
+
+    def _insert_converted(self, rows: Any, extras: dict[str, Any]) -> Inserted:
+        """The converter's rows written: what the memory's spec decides is checked (observations,
+        actions, rewards as float32, extras), not what the converter made (discounts ``0`` or
+        ``gamma``, episode ends as bools, streams one per env)."""
+        dtype = self._infer_dtype(rows.obs)
+        obs_a = self._many_obs(rows.obs, "obs", dtype, None)
+        n = rows.streams.shape[0]
+        next_a = self._many_obs(rows.next_obs, "next_obs", dtype, n)
+        action_a = self._batch(rows.action, "action", self.action_shape, self.action_dtype, n)
+        rewards = self._batch(rows.reward, "reward", (), np.dtype(np.float32), n, real=True)
+        extra_rows = self._extra_values(extras, n) if (extras or self.extras) else None
+        return self._write(
+            dtype,
+            obs_a,
+            next_a,
+            action_a,
+            rewards.astype(np.float64),
+            rows.discount.astype(np.float32).astype(np.float64),  # as insert_many rounds them
+            rows.episode_end,
+            rows.streams,
+            extra_rows,
+        )
 
     def _batch(
         self,
