@@ -3,10 +3,11 @@ memory's public methods only (Schaul et al. 2016, Algorithm 1)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import numbers
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -194,17 +195,11 @@ class PrioritizedReplay:
         (under n-step: once its window is complete)."""
         obs, next_obs, action = _host(obs, "obs"), _host(next_obs, "next_obs"), _host(action, "action")
         extras = {name: _host(value, name) for name, value in extras.items()}
-        with self.lock:
-            swaps, head = self._eviction.arrange(self.memory, 1), self.memory.num_added
-            try:
-                done = self.memory.insert(
-                    obs, action, reward, discount, next_obs, episode_end=episode_end, stream=stream, **extras
-                )
-            except BaseException:
-                self._eviction.undo(self.memory, swaps)
-                raise
-            self._admit(done, swaps, head)
-        return int(done.slots[0])
+        with self._write(1) as write:
+            write.done = self.memory.insert(
+                obs, action, reward, discount, next_obs, episode_end=episode_end, stream=stream, **extras
+            )
+        return int(write.done.slots[0])
 
     def add_many(
         self,
@@ -231,26 +226,11 @@ class PrioritizedReplay:
         reward, discount = _host(reward, "reward"), _host(discount, "discount")
         extras = {name: _host(value, name) for name, value in extras.items()}
         initial = None if priorities is None else self._initial_priorities(priorities, _leading(reward))
-        with self.lock:
-            swaps, head = self._eviction.arrange(self.memory, _leading(reward)), self.memory.num_added
-            try:
-                done = self.memory.insert_many(
-                    obs,
-                    action,
-                    reward,
-                    discount,
-                    next_obs,
-                    episode_end=episode_end,
-                    streams=streams,
-                    **extras,
-                )
-            except BaseException:
-                self._eviction.undo(self.memory, swaps)
-                raise
-            self._admit(done, swaps, head)
-            if initial is not None:
-                self._set_initial(done.slots, initial)
-        return done.slots
+        with self._write(_leading(reward), initial) as write:
+            write.done = self.memory.insert_many(
+                obs, action, reward, discount, next_obs, episode_end=episode_end, streams=streams, **extras
+            )
+        return write.done.slots
 
     def _initial_priorities(self, priorities: npt.ArrayLike, n: int) -> npt.NDArray[np.float64]:
         """``priorities=`` of :meth:`add_many`, checked before anything is written."""
@@ -292,27 +272,40 @@ class PrioritizedReplay:
         new transitions enter at the maximum priority (under n-step: once complete)."""
         obs, next_obs, reward = _host(obs, "obs"), _host(next_obs, "next_obs"), _host(reward, "reward")
         extras = {name: _host(value, name) for name, value in extras.items()}
+        with self._write(_leading(reward)) as write:  # at most one row per env
+            write.done = self.memory.insert_vector_step(
+                obs,
+                action,
+                reward,
+                terminated,
+                truncated,
+                next_obs,
+                infos,
+                gamma=gamma,
+                autoreset_mode=autoreset_mode,
+                **extras,
+            )
+        return write.done.slots
+
+    @contextlib.contextmanager
+    def _write(self, n: int, initial: npt.NDArray[np.float64] | None = None) -> Iterator[_Write]:
+        """The one write of :meth:`add`, :meth:`add_many` and :meth:`add_vector_step`, under the
+        lock: the eviction strategy makes room for at most ``n`` rows, the body stores them in the
+        memory (``write.done``), then the sampler admits them (:meth:`_admit`) and ``initial``
+        priorities, if given, replace the maximum.  A body that raises undoes the arrangement.
+        (A context manager, not a callable, so that the memory's warnings still name the caller.)
+        """
         with self.lock:
-            # at most one row per env
-            swaps, head = self._eviction.arrange(self.memory, _leading(reward)), self.memory.num_added
+            write = _Write()
+            swaps, head = self._eviction.arrange(self.memory, n), self.memory.num_added
             try:
-                done = self.memory.insert_vector_step(
-                    obs,
-                    action,
-                    reward,
-                    terminated,
-                    truncated,
-                    next_obs,
-                    infos,
-                    gamma=gamma,
-                    autoreset_mode=autoreset_mode,
-                    **extras,
-                )
+                yield write
             except BaseException:
                 self._eviction.undo(self.memory, swaps)
                 raise
-            self._admit(done, swaps, head)
-        return done.slots
+            self._admit(write.done, swaps, head)
+            if initial is not None:
+                self._set_initial(write.done.slots, initial)
 
     def _admit(self, done: Inserted, swaps: Swaps, head: int) -> None:
         """The sampler's side of a write: evicted transitions leave, the new ones enter at the
@@ -623,6 +616,12 @@ class PrioritizedReplay:
         if np.unique(numbers[live]).shape[0] != int(live.sum()):
             raise ValueError("state_dict numbers should be distinct in the live slots")
         return numbers
+
+
+class _Write:
+    """What :meth:`PrioritizedReplay._write`'s body stored."""
+
+    done: Inserted
 
 
 def _leading(value: Any) -> int:
