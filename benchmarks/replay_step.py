@@ -88,12 +88,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from benchmarks.timing import CpuMonitor, QuietPolicy, measure_quiet
+from benchmarks.timing import QuietPolicy, measure_quiet, quietest
 
 ROOT = Path(__file__).resolve().parent.parent
 ENVS, STACK, FRAME, BATCH = 4, 4, (84, 84), 32
@@ -588,30 +588,6 @@ def _ratio(passes: list[dict[str, float]], name: str, base: str) -> dict[str, An
     return {"median": statistics.median(ratios), "per_pass": ratios}
 
 
-_T = TypeVar("_T")
-
-
-def _quiet(fn: Callable[[], _T], policy: QuietPolicy) -> tuple[_T, float, float]:
-    """``fn()`` under :class:`CpuMonitor`, retried as :func:`benchmarks.timing.measure_quiet` retries
-    (same ``policy``, same waiting budget): ``(result, others, steal)`` of the quietest try."""
-    best: tuple[_T, float, float] | None = None
-    for attempt in range(policy.attempts):
-        with CpuMonitor() as monitor:
-            result = fn()
-        others = monitor.others if monitor.others == monitor.others else 0.0  # NaN: unknown
-        if best is None or others < best[1]:
-            best = (result, others, monitor.steal)
-        if others <= policy.max_others or attempt == policy.attempts - 1:
-            break
-        if policy.waited_s + policy.wait_s > policy.budget_s:
-            break
-        time.sleep(policy.wait_s)
-        policy.waited_s += policy.wait_s
-        policy.retries += 1
-    assert best is not None
-    return best
-
-
 def _calls(fn: Callable[[], object], block_s: float, warmup: int = 5) -> int:
     """Calls of ``fn`` in a block of about ``block_s`` (as :func:`benchmarks.timing.measure` sizes them)."""
     for _ in range(warmup):
@@ -661,7 +637,7 @@ def _time_phases(
     passes), per pass, and its ratio to the floor per pass."""
     passes, load = [], []
     for _ in range(config["passes"]):
-        times, others, steal = _quiet(
+        times, others, steal = quietest(
             lambda: _phase_pass(base, floor, config["reps"], config["block_s"]), policy
         )
         passes.append(times)

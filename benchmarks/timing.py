@@ -14,7 +14,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 
 def _block(fn: Callable[[], object], calls: int) -> float:
@@ -121,19 +121,19 @@ class QuietPolicy:
 
 
 QUIET = QuietPolicy()
+_T = TypeVar("_T")
 
 
-def measure_quiet(
-    cases: dict[str, Callable[[], object]], *, reps: int, block_s: float, policy: QuietPolicy = QUIET
-) -> tuple[dict[str, float], float, float]:
-    """:func:`measure` under :class:`CpuMonitor`, retried per ``policy``: ``(times, others, steal)``."""
-    best: tuple[dict[str, float], float, float] | None = None
+def quietest(fn: Callable[[], _T], policy: QuietPolicy = QUIET) -> tuple[_T, float, float]:
+    """``fn()`` under :class:`CpuMonitor`, retried per ``policy`` while other processes use the
+    CPUs: ``(result, others, steal)`` of the quietest try."""
+    best: tuple[_T, float, float] | None = None
     for attempt in range(policy.attempts):
         with CpuMonitor() as monitor:
-            times = measure(cases, reps=reps, block_s=block_s)
+            result = fn()
         others = monitor.others if monitor.others == monitor.others else 0.0  # NaN: unknown
         if best is None or others < best[1]:
-            best = (times, others, monitor.steal)
+            best = (result, others, monitor.steal)
         if others <= policy.max_others or attempt == policy.attempts - 1:
             break
         if policy.waited_s + policy.wait_s > policy.budget_s:
@@ -143,3 +143,10 @@ def measure_quiet(
         policy.retries += 1
     assert best is not None
     return best
+
+
+def measure_quiet(
+    cases: dict[str, Callable[[], object]], *, reps: int, block_s: float, policy: QuietPolicy = QUIET
+) -> tuple[dict[str, float], float, float]:
+    """:func:`measure` under :class:`CpuMonitor`, retried per ``policy``: ``(times, others, steal)``."""
+    return quietest(lambda: measure(cases, reps=reps, block_s=block_s), policy)
