@@ -327,13 +327,9 @@ class Prisample(Contender):
 def frame_rows(replay: Any, indices: npt.NDArray[Any]) -> npt.NDArray[np.intp]:
     """The frame-pool rows that ``replay.sample`` gathers for the slots ``indices``: per slot its
     ``obs`` stack's rows and the newest row of its ``next_obs`` (all of them where ``next_obs`` is
-    not ``obs`` shifted by one frame), as ``ReplayMemory._gather`` computes them."""
-    memory = replay.memory
-    obs_rows, next_rows = memory._obs_rows[indices], memory._next_rows[indices]
-    if STACK > 1 and np.array_equal(obs_rows[:, 1:], next_rows[:, :-1]):
-        rows = np.concatenate((obs_rows, next_rows[:, -1:]), axis=1)
-    else:
-        rows = np.concatenate((obs_rows, next_rows), axis=1)
+    not ``obs`` shifted by one frame): the memory's frame store's read plan."""
+    index, _ = replay.memory.store.read_plan(indices, indices, 1)
+    rows = index[0].reshape(indices.shape[0], -1)
     return np.ascontiguousarray(rows, dtype=np.intp)
 
 

@@ -234,6 +234,78 @@ def _store_kernel(
     return entry, nfree, tail, n_released, nstage, continued
 
 
+@numba.njit(cache=True)
+def _store_rows(
+    frames: np.ndarray,
+    stage: np.ndarray,
+    stage_rows: np.ndarray,
+    nstage: int,
+    stage_room: int,
+    refs: np.ndarray,
+    free: np.ndarray,
+    nfree: int,
+    obs_rows: np.ndarray,
+    next_rows: np.ndarray,
+    stream_obs: np.ndarray,
+    stream_next: np.ndarray,
+    stream_live: np.ndarray,
+    cache: np.ndarray,
+    cache_obs: np.ndarray,
+    cache_next: np.ndarray,
+    obs: np.ndarray,
+    next_obs: np.ndarray,
+    streams: np.ndarray,
+    start: int,
+    tail: int,
+    head: int,
+    released: np.ndarray,
+    nreleased: int,
+    slots: np.ndarray,
+    until: np.ndarray,
+    continued: np.ndarray,
+    had_last: np.ndarray,
+) -> tuple[int, int, int, int, int]:
+    """:func:`_store_kernel` for rows ``start, start + 1, ...`` (row ``i`` as table entry
+    ``head + i`` on stream ``streams[i]``), in order, until every row is stored or, when frames
+    are staged (``stage_room > 0``), the staging buffer may not take another row's new frames.
+    Fills ``slots``, ``until`` (releases so far), ``continued`` and ``had_last`` per row.
+    Returns ``(rows stored so far, nfree, tail, nstage, releases so far)``."""
+    stack = obs.shape[1]
+    i = start
+    while i < obs.shape[0]:
+        if stage_room > 0 and nstage + _STAGE_RESERVE * stack > stage_room:
+            break
+        stream = streams[i]
+        had_last[i] = stream_live[stream]
+        entry, nfree, tail, k, nstage, cont = _store_kernel(
+            frames,
+            stage,
+            stage_rows,
+            nstage,
+            refs,
+            free,
+            nfree,
+            obs_rows,
+            next_rows,
+            stream_obs,
+            stream_next,
+            stream_live,
+            cache,
+            cache_obs,
+            cache_next,
+            obs[i],
+            next_obs[i],
+            stream,
+            tail,
+            head + i,
+            released[nreleased:],
+        )
+        nreleased += k
+        slots[i], until[i], continued[i] = entry, nreleased, cont
+        i += 1
+    return i, nfree, tail, nstage, nreleased
+
+
 def _to_host(frames: Any) -> npt.NDArray[Any]:
     return frames.cpu().numpy() if isinstance(frames, torch.Tensor) else np.asarray(frames)
 
@@ -379,39 +451,48 @@ class FramePool:
         return stacks.reshape(*lead, self.frame_stack, -1).view(self._word)
 
     # -- writes ---------------------------------------------------------------------------------
-    def store(
+    def store_rows(
         self,
         obs_words: npt.NDArray[Any],
         next_words: npt.NDArray[Any],
-        stream: int,
+        streams: IntArray,
+        start: int,
         obs_rows: npt.NDArray[np.int32],
         next_rows: npt.NDArray[np.int32],
         tail: int,
         head: int,
         released: IntArray,
-    ) -> tuple[int, int, int, bool]:
-        """Store ``s_t``/``s_{t+1}`` (:meth:`as_words`) of ``stream`` in entry ``head`` of the row
-        tables ``obs_rows``/``next_rows`` (row ``head % len(obs_rows)``); they become the stream's
-        last stacks.
+        nreleased: int,
+        out: tuple[IntArray, IntArray, npt.NDArray[np.bool_], npt.NDArray[np.bool_]],
+    ) -> tuple[int, int, int]:
+        """Store rows ``start, start + 1, ...`` of ``s_t``/``s_{t+1}`` (:meth:`as_words`, leading
+        axis ``n``): row ``i`` of stream ``streams[i]`` in entry ``head + i`` of the row tables
+        ``obs_rows``/``next_rows`` (row ``(head + i) % len(obs_rows)``); its stacks become the
+        stream's last stacks.
 
-        Entries ``tail .. head - 1`` (oldest first) are reclaimable: the one at the written row, if
-        any (``head - tail >= len(obs_rows)``), and then as many as the new frames need are
-        released; their table rows go to ``released`` (at least ``len(obs_rows) + 1`` long).
-        Returns ``(table row written, new tail, number released, obs continued the stream)``.
+        Entries from ``tail`` on (oldest first) are reclaimable: the one at the written row, if
+        any, and then as many as the new frames need are released; their table rows go to
+        ``released`` from ``nreleased`` on (at least ``len(obs_rows) + n`` long in all).  Per
+        row, ``out`` = ``(table row written, releases so far, obs continued the stream, the
+        stream had last stacks)``.  On a device a call stops when the staging buffer is full
+        (flushed for the next call).  Returns ``(rows stored so far, new tail, releases so
+        far)``.
         """
         direct = self.storage.direct
         if direct is None:
             if self._nstage + _STAGE_RESERVE * self.frame_stack > self.storage.stage_frames:
                 self.flush()
             stage, stage_rows = self.storage.stage()
-            frames = self._no_frames
+            frames, room = self._no_frames, self.storage.stage_frames
         else:
-            stage, stage_rows, frames = self._no_frames, self._no_rows, direct
-        entry, self._nfree, tail, n, self._nstage, continued = _store_kernel(
+            stage, stage_rows, frames, room = self._no_frames, self._no_rows, direct, 0
+        slots, until, continued, had_last = out
+        done, self._nfree, tail, self._nstage, nreleased = _store_rows(
             frames,
             stage,
             stage_rows,
             self._nstage,
+            room,
             self._refs,
             self._free,
             self._nfree,
@@ -425,12 +506,18 @@ class FramePool:
             self._cache_next,
             obs_words,
             next_words,
-            stream,
+            streams,
+            start,
             tail,
             head,
             released,
+            nreleased,
+            slots,
+            until,
+            continued,
+            had_last,
         )
-        return entry, tail, n, continued
+        return done, tail, nreleased
 
     def flush(self) -> None:
         """Write the staged new frames to the storage (one copy; nothing to do for numpy)."""
@@ -488,6 +575,17 @@ class FramePool:
                 if not np.array_equal(held, stored):
                     raise ValueError(f"frame pool cache should hold stream {s}'s last {name} stack")
 
+    def check_rows(self, rows: npt.NDArray[Any], key: str, prefix: str) -> None:
+        """Raise ``ValueError`` naming ``key`` unless every entry of ``rows`` is a pool row."""
+        f = self.frame_capacity
+        bad = (rows < 0) | (rows >= f)
+        if bad.any():
+            where = np.unravel_index(int(np.argmax(bad)), rows.shape)
+            index = "".join(f"[{i}]" for i in where)
+            raise ValueError(
+                f"{prefix}{key} should hold frame rows in [0, {f}), but got {key}{index}={rows[where]}"
+            )
+
     def check_state(
         self, a: dict[str, npt.NDArray[Any]], nfree: int, stacks: list[npt.NDArray[Any]], prefix: str
     ) -> None:
@@ -501,12 +599,7 @@ class FramePool:
             raise ValueError(f"{prefix}{key} {message}")
 
         for key in ("stream_obs", "stream_next", "free"):
-            rows = a[key]
-            bad = (rows < 0) | (rows >= f)
-            if bad.any():
-                where = np.unravel_index(int(np.argmax(bad)), rows.shape)
-                index = "".join(f"[{i}]" for i in where)
-                fail(key, f"should hold frame rows in [0, {f}), but got {key}{index}={rows[where]}")
+            self.check_rows(a[key], key, prefix)
         stream_live = a["stream_live"]
         uses = np.concatenate(
             [
