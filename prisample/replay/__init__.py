@@ -2,22 +2,39 @@
 
 One job per module:
 
+``memory``
+    :class:`ReplayMemory`: the ring of the last ``capacity`` transitions (slots, generations,
+    per-transition columns, streams, n-step windows) over an observation store.
+``stores``
+    The observation stores, one strategy per kind: :class:`~prisample.replay.stores.FrameStore`
+    (a frame pool, host or device) and :class:`~prisample.replay.stores.DictStore` (per-key
+    columns).
 ``frames``
     :class:`FramePool`: each distinct frame stored once, reference-counted; stacks rebuilt by
     gather.
-``memory``
-    :class:`ReplayMemory`: the ring of the last ``capacity`` transitions (per-transition columns,
-    generations, streams) over a frame pool.
+``writes``
+    :class:`~prisample.replay.writes.TransitionWrites`: ``add``, ``add_many`` and
+    ``add_vector_step``, declared once, each a request to the one ``write``.
+``spec``
+    :class:`~prisample.replay.spec.TransitionSpec`: the shapes and dtypes of transitions, and the
+    checks that turn a write's arguments into rows.
+``checkpoint``
+    The memory's ``state_dict``/``load_state_dict`` and the invariants a state keeps.
 ``batch``
     :class:`ReplayBatch`: the typed batch a read returns.
 ``prioritized``
     :class:`PrioritizedReplay`: a memory and a :class:`~prisample.PrioritizedSampler` over its
     slots (Schaul et al. 2016, Algorithm 1), joined by the memory's public methods; thread-safe.
+``replay_checkpoint``
+    The prioritized replay's ``state_dict``/``load_state_dict``, all or nothing.
 ``eviction``
-    :class:`~prisample.replay.eviction.PriorityEviction`: which transition a full memory evicts
-    under ``PrioritizedReplay(eviction="priority")`` (lowest priority, oldest among equals).
+    The eviction strategies: :class:`~prisample.replay.eviction.FifoEviction` and
+    :class:`~prisample.replay.eviction.PriorityEviction` (lowest priority, oldest among equals,
+    under ``PrioritizedReplay(eviction="priority")``).
 ``prefetch``
     :class:`Prefetcher`: the next batches drawn and gathered in a background thread.
+``device``
+    The device side: frames and columns mirrored on a torch device, reads sent in one copy.
 ``nstep``
     :class:`~prisample.replay.nstep.NStepAccumulator`: the n-step windows of a memory's slots,
     completed as transitions arrive.

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import numbers
+import os
+import sys
+import types
 import warnings
 from typing import Any
 
@@ -133,3 +137,17 @@ def as_dtype(value: npt.DTypeLike, name: str) -> np.dtype[Any]:
     if dtype.kind not in "biufc":
         raise TypeError(f"{name} should be a numeric or bool dtype, but got {name}={dtype}")
     return dtype
+
+
+_OWN_FILES = (os.path.dirname(os.path.abspath(__file__)), os.path.abspath(contextlib.__file__))
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` that makes a ``warnings.warn`` in the function calling this one name
+    the first line outside :mod:`prisample.replay`: the user's call, however many of the
+    package's own calls (a replay's lock, the memory's write) lie between."""
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_OWN_FILES):
+        frame, level = frame.f_back, level + 1
+    return level

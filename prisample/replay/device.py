@@ -301,6 +301,18 @@ class Columns:
             at += y - x
         self._pinned.done(i)
 
+    def write_rows(self, slots: npt.NDArray[np.int64], values: dict[str, npt.NDArray[Any]]) -> None:
+        """Rows ``values[name][i]`` written to the host columns at ``slots[i]``, one assignment per
+        column (``values`` names some or all columns); a slot named twice keeps its last row.
+        The device mirror takes them at the next :meth:`sync`."""
+        m = slots.shape[0]
+        rows: Any = slice(0, m)
+        if m > self.capacity:  # a write longer than the ring: only each slot's last row stays
+            rows = m - 1 - np.unique(slots[::-1], return_index=True)[1]
+            slots = slots[rows]
+        for name, column in values.items():
+            self.host[name][slots] = column[rows]
+
     def resend(self, rows: npt.NDArray[np.int64]) -> None:
         """Copy ``rows`` to the device mirror now: rows rewritten out of ring order (a
         :meth:`~prisample.replay.memory.ReplayMemory.swap_slots`); rows not yet synced are copied

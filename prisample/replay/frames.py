@@ -1,7 +1,7 @@
 """Frame pool: every distinct frame stored once, reference-counted, stacks rebuilt by gather.
 
 A stack of ``frame_stack`` frames (Atari: four 84x84 frames) is held as ``frame_stack`` pool rows.
-:meth:`FramePool.store` stores one transition's ``s_t`` and ``s_{t+1}`` stacks for a stream, sharing
+:meth:`FramePool.store_rows` stores each transition's ``s_t`` and ``s_{t+1}`` stacks for a stream, sharing
 every frame whose bytes equal a frame of the stream's last stacks (or of the other stack), and
 writes the rows into the caller's per-transition row tables::
 
@@ -12,7 +12,7 @@ writes the rows into the caller's per-transition row tables::
 
 Each row carries a reference count (the stacks in the tables and the streams' last stacks that
 use it) and returns to a free list when it reaches zero, so a stored stack can never see a frame
-that was overwritten.  The pool does not decide which transitions leave: :meth:`FramePool.store` may
+that was overwritten.  The pool does not decide which transitions leave: :meth:`FramePool.store_rows` may
 release the stacks of the table entries the caller names as reclaimable (oldest first), and reports
 how many it released.
 """
@@ -362,7 +362,7 @@ class FramePool:
 
     Frames are compared and copied as the widest machine words that divide their size
     (:meth:`as_words`).  Reading: :meth:`gather` (frames of any array of rows).  Writing:
-    :meth:`store` (a transition's two stacks), :meth:`release` (drop references to rows).
+    :meth:`store_rows` (transitions' two stacks each), :meth:`release` (drop references to rows).
     """
 
     def __init__(
@@ -446,7 +446,7 @@ class FramePool:
 
     def as_words(self, stacks: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """C-contiguous stacks of ``dtype`` (``(..., frame_stack, *frame_shape)``) viewed as machine
-        words ``(..., frame_stack, words per frame)``: what :meth:`store` takes."""
+        words ``(..., frame_stack, words per frame)``: what :meth:`store_rows` takes."""
         lead = stacks.shape[: stacks.ndim - len(self.frame_shape) - (self.frame_stack > 1)]
         return stacks.reshape(*lead, self.frame_stack, -1).view(self._word)
 

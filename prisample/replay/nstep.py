@@ -497,6 +497,51 @@ class NStepAccumulator:
             )
         return buffer[:count]
 
+    def push_write(
+        self,
+        written: Any,
+        evicted: IntArray,
+        tail: int,
+        head: int,
+        rewards: npt.NDArray[np.float64],
+        discounts: npt.NDArray[np.float64],
+        ends: npt.NDArray[np.bool_],
+        streams: IntArray,
+    ) -> IntArray:
+        """A memory write's rows, row by row: row ``i`` (transition ``head + i`` in slot
+        ``written.slots[i]``) pushed after the write's evictions up to it (``evicted``, the
+        transitions numbered from ``tail``; ``written.until[i]`` of them by row ``i``), since each
+        row's window depends on the evictions and rows before it.  ``written`` is the store's
+        :class:`~prisample.replay.stores.StoreWrite`.  Returns the slots whose windows completed
+        in the write and still are, in order, each once."""
+        completed: list[IntArray] = []
+        start = 0
+        for i in range(streams.shape[0]):
+            k = int(written.until[i])
+            if k > start:
+                self.evict(evicted[start:k], np.arange(tail + start, tail + k, dtype=np.int64))
+                start = k
+            done = self.push(
+                int(written.slots[i]),
+                head + i,
+                int(streams[i]),
+                float(rewards[i]),
+                float(discounts[i]),
+                episode_end=bool(ends[i]),
+                continues=bool(written.continued[i]),
+                out=self._out,
+            )
+            if done.shape[0]:
+                completed.append(done.copy())
+        if not completed:
+            return np.empty(0, dtype=np.int64)
+        ready = np.concatenate(completed)
+        if streams.shape[0] > 1 and (start or ready.shape[0] > 1):
+            ready = ready[self.is_complete(ready)]
+            _, first = np.unique(ready, return_index=True)
+            ready = ready[np.sort(first)]
+        return ready
+
     def evict(self, slots: npt.ArrayLike, generations: npt.ArrayLike) -> int:
         """Forget the transitions ``generations`` held in ``slots`` (the memory evicted them).
 

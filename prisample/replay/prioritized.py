@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import numbers
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
@@ -19,29 +18,24 @@ from prisample._validation import (
     as_priorities,
     check_finite_priorities,
     check_positive_int,
-    to_numpy,
 )
-from prisample.replay._checks import as_state_array, check_keys
 from prisample.replay.batch import ReplayBatch
 from prisample.replay.eviction import Swaps, check_eviction, events, make_eviction
 from prisample.replay.frames import reserve_rows
-from prisample.replay.memory import CheckedState, Inserted, ReplayMemory
+from prisample.replay.memory import Inserted, ReplayMemory
 from prisample.replay.prefetch import Prefetcher
+from prisample.replay.replay_checkpoint import REPLAY_STATE_VERSION, ReplayCheckpoint
+from prisample.replay.writes import ManyAdd, OneAdd, TransitionWrites, WriteRequest
 from prisample.sampler import Draw, PrioritizedSampler
 from prisample.weights import LinearSchedule, WeightNorm
 
 __all__ = ["REPLAY_STATE_VERSION", "PrioritizedReplay"]
 
 
-# PrioritizedReplay's state; 2 adds memory_head and memory_tail (the memory it was saved with), 3
-# adds eviction and numbers (the transitions' numbers under eviction="priority", else None).
-REPLAY_STATE_VERSION = 3
-_LOADABLE_REPLAY_VERSIONS = (1, 2, 3)
-
 IntArray = npt.NDArray[np.int64]
 
 
-class PrioritizedReplay:
+class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
     """A :class:`ReplayMemory` and a :class:`~prisample.PrioritizedSampler` over its slots.
 
     Implements the replay side of Schaul et al. (2016), Algorithm 1: a new transition enters at
@@ -180,57 +174,19 @@ class PrioritizedReplay:
             extra = self._eviction.nbytes
             return self.memory.nbytes + self.sampler.nbytes + self._drawn.nbytes + extra
 
-    def add(
-        self,
-        obs: Any,
-        action: npt.ArrayLike,
-        reward: npt.ArrayLike,
-        discount: npt.ArrayLike,
-        next_obs: Any,
-        episode_end: bool = False,
-        stream: int = 0,
-        **extras: npt.ArrayLike,
-    ) -> int:
-        """Store a transition (see :meth:`ReplayMemory.add`); it enters at the maximum priority
-        (under n-step: once its window is complete)."""
-        obs, next_obs, action = _host(obs, "obs"), _host(next_obs, "next_obs"), _host(action, "action")
-        extras = {name: _host(value, name) for name, value in extras.items()}
-        with self._write(1) as write:
-            write.done = self.memory.insert(
-                obs, action, reward, discount, next_obs, episode_end=episode_end, stream=stream, **extras
-            )
-        return int(write.done.slots[0])
-
-    def add_many(
-        self,
-        obs: Any,
-        action: npt.ArrayLike,
-        reward: npt.ArrayLike,
-        discount: npt.ArrayLike,
-        next_obs: Any,
-        *,
-        episode_end: npt.ArrayLike | None = None,
-        streams: npt.ArrayLike | None = None,
-        priorities: npt.ArrayLike | None = None,
-        **extras: npt.ArrayLike,
-    ) -> IntArray:
-        """:meth:`add` for ``n`` transitions at once (see :meth:`ReplayMemory.add_many`).
-
-        ``priorities`` (``n`` raw values ``|δ|``, finite and ``>= 0``) enter the transitions at
-        these priorities instead of the maximum: Ape-X's actors compute them with their copy of
-        the network (Horgan et al. 2018, Sec. 3).  The write and the priorities are one step under
-        the lock; a transition the same call evicts again takes no priority.  ``n_step = 1`` only
-        (an n-step window completes in a later call).
-        """
-        obs, next_obs, action = _host(obs, "obs"), _host(next_obs, "next_obs"), _host(action, "action")
-        reward, discount = _host(reward, "reward"), _host(discount, "discount")
-        extras = {name: _host(value, name) for name, value in extras.items()}
-        initial = None if priorities is None else self._initial_priorities(priorities, _leading(reward))
-        with self._write(_leading(reward), initial) as write:
-            write.done = self.memory.insert_many(
-                obs, action, reward, discount, next_obs, episode_end=episode_end, streams=streams, **extras
-            )
-        return write.done.slots
+    def write(self, request: WriteRequest) -> Inserted:
+        """The memory's write (:meth:`ReplayMemory.write`) under the lock, with the sampler's side:
+        the evicted transitions leave, the new ones enter at the maximum priority (under n-step:
+        once complete), or at ``add_many``'s ``priorities=``."""
+        n, initial = 1, None
+        if not isinstance(request, OneAdd):
+            n = _leading(request.reward)  # a vector step: at most one row per env
+        if isinstance(request, ManyAdd) and request.priorities is not None:
+            initial = self._initial_priorities(request.priorities, n)
+            request = request._replace(priorities=None)
+        with self._write(n, initial) as write:
+            write.done = self.memory.write(request)
+        return write.done
 
     def _initial_priorities(self, priorities: npt.ArrayLike, n: int) -> npt.NDArray[np.float64]:
         """``priorities=`` of :meth:`add_many`, checked before anything is written."""
@@ -253,39 +209,6 @@ class PrioritizedReplay:
         if slots.shape[0]:
             self.sampler.update_priorities(slots, values)
             self._eviction.updated(slots, values)
-
-    def add_vector_step(
-        self,
-        obs: Any,
-        action: Any,
-        reward: npt.ArrayLike,
-        terminated: npt.ArrayLike,
-        truncated: npt.ArrayLike,
-        next_obs: Any,
-        infos: Mapping[str, Any],
-        gamma: float = 0.99,
-        *,
-        autoreset_mode: Any = None,
-        **extras: npt.ArrayLike,
-    ) -> IntArray:
-        """Store one gymnasium vector-env step (see :meth:`ReplayMemory.add_vector_step`); the
-        new transitions enter at the maximum priority (under n-step: once complete)."""
-        obs, next_obs, reward = _host(obs, "obs"), _host(next_obs, "next_obs"), _host(reward, "reward")
-        extras = {name: _host(value, name) for name, value in extras.items()}
-        with self._write(_leading(reward)) as write:  # at most one row per env
-            write.done = self.memory.insert_vector_step(
-                obs,
-                action,
-                reward,
-                terminated,
-                truncated,
-                next_obs,
-                infos,
-                gamma=gamma,
-                autoreset_mode=autoreset_mode,
-                **extras,
-            )
-        return write.done.slots
 
     @contextlib.contextmanager
     def _write(self, n: int, initial: npt.NDArray[np.float64] | None = None) -> Iterator[_Write]:
@@ -469,154 +392,6 @@ class PrioritizedReplay:
                 raise ValueError("sampler should be filled exactly in the memory's drawable slots")
             self._eviction.check(self.sampler.priorities)
 
-    # -- checkpointing --------------------------------------------------------------------------
-    def state_dict(self, include_memory: bool = False, *, copy: bool = True) -> dict[str, Any]:
-        """Sampler state, draw record and the memory's counters, plus the memory's state when
-        ``include_memory`` (``copy`` as in :meth:`ReplayMemory.state_dict`): one consistent
-        snapshot under threads (with ``copy=False`` the memory's arrays are views that later adds
-        change)."""
-        with self.lock:
-            return self._state_dict(include_memory, copy=copy)
-
-    def _state_dict(self, include_memory: bool, *, copy: bool) -> dict[str, Any]:
-        state: dict[str, Any] = {
-            "version": REPLAY_STATE_VERSION,
-            "sampler": self.sampler.state_dict(),
-            "drawn": self._drawn.copy(),
-            "dropped_updates": self.dropped_updates,
-            "memory_head": self.memory.num_added,
-            "memory_tail": self.memory.num_evicted,
-            "eviction": self.eviction,
-            "numbers": self._eviction.state_generations(),
-        }
-        if include_memory:
-            state["memory"] = self.memory.state_dict(copy=copy)
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output, all of it or nothing.
-
-        Without ``"memory"`` the current memory must be the one the state was saved with: it must
-        have seen the same number of adds and evictions (``memory_head``, ``memory_tail``), so its
-        live slots are the sampler's filled ones.  Everything is checked before anything changes:
-        the memory's state completely (:meth:`ReplayMemory.load_state_dict`), the draw record, and
-        that the sampler's filled slots are the memory's live ones; then the sampler loads (its own
-        checks, which change nothing when they fail); then the memory, which cannot fail.
-        """
-        if not isinstance(state, dict):
-            raise TypeError(f"state should be a dict from state_dict(), but got {type(state).__name__}")
-        with self.lock:  # checks and commit against one memory: no add may land in between
-            self._load_state_dict(state)
-
-    def _load_state_dict(self, state: dict[str, Any]) -> None:
-        version = state.get("version")
-        if type(version) is not int or version not in _LOADABLE_REPLAY_VERSIONS:
-            raise ValueError(
-                f"state_dict version should be one of {_LOADABLE_REPLAY_VERSIONS}, "
-                f"but got version={version!r}"
-            )
-        keys = {"version", "sampler", "drawn", "dropped_updates"}
-        if version >= 2:
-            keys |= {"memory_head", "memory_tail"}
-        if version >= 3:
-            keys |= {"eviction", "numbers"}
-        check_keys(state, keys | ({"memory"} & state.keys()), "state_dict")
-        eviction = state.get("eviction", "fifo")
-        if eviction not in ("fifo", self.eviction):  # a fifo state loads under either eviction
-            raise ValueError(
-                f"state_dict eviction should be {self.eviction!r} (or 'fifo'), but got eviction={eviction!r}"
-            )
-        counts = {}
-        for key in keys - {"version", "sampler", "drawn", "eviction", "numbers"}:
-            value = state[key]
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-                raise ValueError(f"state_dict {key} should be an integer >= 0, but got {key}={value!r}")
-            counts[key] = int(value)
-        memory: CheckedState | None = None
-        if "memory" in state:
-            memory = self.memory.check_state(state["memory"])
-            head, tail = memory.head, memory.tail
-            generation, live = memory.generation, memory.drawable
-        else:
-            head, tail = self.memory.num_added, self.memory.num_evicted
-            generation = self.memory.generations(np.arange(self.capacity))
-            live = self.memory.drawable(np.arange(self.capacity))
-        for key, mine in (("memory_head", head), ("memory_tail", tail)):
-            if key in counts and counts[key] != mine:
-                raise ValueError(
-                    f"state_dict {key} should be {mine} (the memory's), but got {key}={counts[key]}: "
-                    "the state was saved with another memory, or at another point of this one"
-                )
-        drawn = as_state_array(state["drawn"], "state_dict drawn")
-        if drawn.shape != self._drawn.shape or drawn.dtype != self._drawn.dtype:
-            raise ValueError(
-                f"state_dict drawn should be int64{list(self._drawn.shape)}, "
-                f"but got {drawn.dtype}{list(drawn.shape)}"
-            )
-        slot_numbers = self._checked_numbers(state.get("numbers"), eviction, generation, live, head)
-        # A slot's draw record is -1 or a transition it has held: a number of that slot, not newer
-        # (under priority eviction transitions move between slots: any number already given out).
-        slots = np.arange(self.capacity)
-        if eviction == "priority":
-            held = (drawn == -1) | ((drawn >= 0) & (drawn < head))
-        else:
-            held = (drawn == -1) | ((drawn >= 0) & (drawn <= generation) & (drawn % self.capacity == slots))
-        if not held.all():
-            j = int(np.argmin(held))
-            raise ValueError(
-                f"state_dict drawn should hold, per slot, -1 or a transition the slot has held (at most "
-                f"generation {generation[j]}), but got drawn[{j}]={drawn[j]}"
-            )
-        sampler_state = state["sampler"]
-        if not isinstance(sampler_state, dict):
-            raise TypeError(f"state_dict sampler should be a dict, but got {type(sampler_state).__name__}")
-        try:
-            filled = ~np.isnan(np.asarray(sampler_state["priorities"], dtype=np.float64))
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(
-                "state_dict sampler should be a PrioritizedSampler state_dict with priorities"
-            ) from None
-        if filled.shape != live.shape or not np.array_equal(filled, live):
-            raise ValueError(
-                "state_dict sampler priorities should be filled exactly in the memory's live slots "
-                "(with complete n-step windows) "
-                f"({int(live.sum())} of {live.shape[0]})"
-            )
-        self.sampler.load_state_dict(sampler_state)
-        if memory is not None:
-            self.memory.commit_state(memory)
-        self._drawn[:] = drawn
-        self.dropped_updates = counts["dropped_updates"]
-        self._eviction.load(self.sampler.priorities, slot_numbers)
-
-    def _checked_numbers(
-        self, value: Any, eviction: str, generation: IntArray, live: npt.NDArray[np.bool_], head: int
-    ) -> IntArray:
-        """The transitions' numbers per slot a state gives (``eviction="priority"``), or those of
-        a fifo state: each live slot's generation, ``-1`` elsewhere."""
-        if eviction == "fifo":
-            if value is not None:
-                raise ValueError(
-                    f"state_dict numbers should be None for eviction='fifo', but got {type(value).__name__}"
-                )
-            return np.where(live, generation, -1)
-        numbers = as_state_array(value, "state_dict numbers")
-        if numbers.dtype != np.int64 or numbers.shape != (self.capacity,):
-            raise ValueError(
-                f"state_dict numbers should be int64[{self.capacity}], "
-                f"but got {numbers.dtype}{list(numbers.shape)}"
-            )
-        ok = np.where(live, (numbers >= 0) & (numbers < head), numbers == -1)
-        if not ok.all():
-            j = int(np.argmin(ok))
-            raise ValueError(
-                f"state_dict numbers should be in [0, {head}) in live slots and -1 elsewhere, "
-                f"but got numbers[{j}]={numbers[j]}"
-            )
-        if np.unique(numbers[live]).shape[0] != int(live.sum()):
-            raise ValueError("state_dict numbers should be distinct in the live slots")
-        return numbers
-
 
 class _Write:
     """What :meth:`PrioritizedReplay._write`'s body stored."""
@@ -632,13 +407,3 @@ def _leading(value: Any) -> int:
     except ValueError:  # ragged
         return 0
     return int(shape[0]) if len(shape) else 0
-
-
-def _host(value: Any, name: str) -> Any:
-    """A torch tensor as numpy (a CUDA tensor copied to the host), a dict's tensors likewise;
-    anything else unchanged.  Done before the lock is taken: the copy waits for the device."""
-    if isinstance(value, Mapping):
-        return {key: _host(item, f"{name}[{key!r}]") for key, item in value.items()}
-    if isinstance(value, torch.Tensor):
-        return to_numpy(value, name)
-    return value

@@ -153,6 +153,15 @@ class ObservationStore:
         needed; the evicted slots go to ``evicted`` (at least ``capacity + n`` long)."""
         raise NotImplementedError
 
+    def broken_streams(
+        self, written: StoreWrite, ends: BoolArray, streams: IntArray, ended: BoolArray
+    ) -> list[int]:
+        """Rows of ``written`` whose ``obs`` broke their stream, to warn of: the stream went on
+        (its last transition did not end the episode: ``ends`` of the write's earlier rows, else
+        ``ended`` per stream before the write) but ``obs`` did not continue it and was stored in
+        full.  Only a frame store stores a broken stack at a cost (``frame_stack`` frames)."""
+        return []
+
     def read_plan(self, idx: IntArray, last: IntArray, step: int) -> tuple[list[npt.NDArray[Any]], Any]:
         """What a read of slots ``idx`` (``next_obs`` at the windows' last slots ``last``,
         ``step`` transitions on) needs: the index arrays to gather with (sent to the device
@@ -317,6 +326,18 @@ class FrameStore(ObservationStore):
             )
         pool.flush()  # a vector step's new frames in one write on a device
         return StoreWrite(slots, tail, until, continued, had_last)
+
+    def broken_streams(
+        self, written: StoreWrite, ends: BoolArray, streams: IntArray, ended: BoolArray
+    ) -> list[int]:
+        broke = written.had_last & ~written.continued
+        if self.frame_stack == 1 or not broke.any():
+            return []
+        previous = previous_row(streams)
+        ended_before = ended[streams]
+        earlier = previous >= 0
+        ended_before[earlier] = ends[previous[earlier]]
+        return [int(i) for i in np.flatnonzero(broke & ~ended_before)]
 
     def read_plan(self, idx: IntArray, last: IntArray, step: int) -> tuple[list[npt.NDArray[Any]], Any]:
         """The frame rows to gather: ``next_obs`` sharing all but its newest ``step`` frames with

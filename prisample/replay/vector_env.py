@@ -59,6 +59,8 @@ __all__ = [
     "VectorEnvLike",
     "VectorStepConverter",
     "VectorTransitions",
+    "converter_for",
+    "rows_of_extras",
 ]
 
 
@@ -433,3 +435,44 @@ class VectorStepConverter:
             )
         self._mode = mode
         self._ended = ended.copy()
+
+
+def converter_for(
+    converter: VectorStepConverter | None, reward: Any, autoreset_mode: Any, num_streams: int
+) -> VectorStepConverter:
+    """The converter a memory's vector step goes through: its own ``converter``, whose
+    ``autoreset_mode`` a later call may repeat but not change, or at the first step a new one with
+    one env per entry of ``reward`` (at most ``num_streams``: one stream per env)."""
+    if converter is None:
+        num_envs = to_numpy(reward, "reward").reshape(-1).shape[0]
+        if num_envs > num_streams:
+            raise ValueError(
+                f"num_envs should be at most num_streams={num_streams} (one stream per env), "
+                f"but got {num_envs} envs"
+            )
+        return VectorStepConverter(num_envs, autoreset_mode=autoreset_mode)
+    if (
+        autoreset_mode is not None
+        and getattr(autoreset_mode, "value", autoreset_mode) != converter.autoreset_mode
+    ):
+        raise ValueError(
+            f"autoreset_mode should be the converter's {converter.autoreset_mode!r} (set at the first "
+            f"add_vector_step), but got autoreset_mode={autoreset_mode!r}"
+        )
+    return converter
+
+
+def rows_of_extras(
+    extras: Mapping[str, Any], rows: VectorTransitions, num_envs: int
+) -> dict[str, npt.NDArray[Any]]:
+    """Per-env extras (a leading ``num_envs`` axis each) at the envs of the converter's ``rows``."""
+    picked = {}
+    for name, value in extras.items():
+        array = to_numpy(value, name)
+        if array.ndim == 0 or array.shape[0] != num_envs:
+            raise ValueError(
+                f"{name} should have a leading axis of length num_envs={num_envs}, "
+                f"but got shape {array.shape}"
+            )
+        picked[name] = array[rows.streams]
+    return picked
