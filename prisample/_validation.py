@@ -52,8 +52,14 @@ def to_numpy(values: Any, name: str) -> npt.NDArray[Any]:
         raise TypeError(f"{name} should be array-like, but got {name}={short_repr(values)}") from error
 
 
+_INT64 = np.dtype(np.int64)
+_FLOAT64 = np.dtype(np.float64)
+
+
 def as_indices(indices: Any, name: str = "indices") -> npt.NDArray[np.int64]:
     """One-dimensional int64 array of slot numbers (range is checked by :func:`check_slots`)."""
+    if type(indices) is np.ndarray and indices.dtype is _INT64 and indices.ndim == 1:
+        return indices  # the general path returns this very array; drawn indices come here each batch
     array = to_numpy(indices, name)
     if array.ndim == 0:
         array = array.reshape(1)
@@ -71,6 +77,13 @@ def as_indices(indices: Any, name: str = "indices") -> npt.NDArray[np.int64]:
 
 def as_priorities(priorities: Any, length: int, name: str = "priorities") -> npt.NDArray[np.float64]:
     """One-dimensional float64 array of ``length`` values (finiteness by :func:`check_slots`)."""
+    if (
+        type(priorities) is np.ndarray
+        and priorities.dtype is _FLOAT64
+        and priorities.ndim == 1
+        and priorities.shape[0] == length
+    ):
+        return priorities  # the general path returns this very array, after checks it passes
     array = to_numpy(priorities, name)
     if array.dtype.kind not in "fiu":  # bool, complex, strings, objects: refused, not coerced
         raise TypeError(
@@ -85,11 +98,19 @@ def as_priorities(priorities: Any, length: int, name: str = "priorities") -> npt
     return array.astype(np.float64, copy=False)
 
 
+@numba.njit(cache=True)
+def _first_bad_priority(values: np.ndarray) -> int:
+    """Index of the first value that is not finite and ``>= 0`` (NaN included); -1 if none."""
+    for j in range(values.shape[0]):
+        if not (values[j] >= 0.0 and values[j] < math.inf):
+            return j
+    return -1
+
+
 def check_finite_priorities(values: npt.NDArray[np.float64], name: str = "priorities") -> None:
     """``ValueError`` naming the first entry of ``values`` that is not finite and ``>= 0``."""
-    bad = ~((values >= 0.0) & (values < np.inf))
-    if bad.any():
-        j = int(np.argmax(bad))
+    j = _first_bad_priority(values)
+    if j >= 0:
         raise ValueError(f"{name} should be finite and >= 0, but got {name}[{j}]={float(values[j])!r}")
 
 
@@ -127,6 +148,33 @@ def check_slots(
         raise ValueError(f"indices should be slots that were added, but got indices[{j}]={slots[j]} (empty)")
     if code == _BAD_PRIORITY:
         raise ValueError(f"priorities should be finite and >= 0, but got priorities[{j}]={priorities[j]!r}")
+
+
+@numba.njit(cache=True)
+def _first_write_problem(raw: np.ndarray, slots: np.ndarray, values: np.ndarray) -> tuple[int, int, int]:
+    for j in range(slots.shape[0]):
+        if slots[j] < 0 or slots[j] >= raw.shape[0]:
+            return _OUT_OF_RANGE, j, j
+    filled = 0  # the position among the non-NaN values, which the message names
+    for j in range(values.shape[0]):
+        if not math.isnan(values[j]):
+            if not (values[j] >= 0.0 and values[j] < math.inf):
+                return _BAD_PRIORITY, filled, j
+            filled += 1
+    return 0, 0, 0
+
+
+def check_write(
+    raw: npt.NDArray[np.float64], slots: npt.NDArray[np.int64], values: npt.NDArray[np.float64]
+) -> None:
+    """Raise unless every slot is in range and every value NaN or finite and ``>= 0``: exactly
+    ``check_slots(raw, slots, need_filled=False)`` then ``check_slots(raw, slots[filled],
+    values[filled], need_filled=False)`` (``filled`` the non-NaN values), in one pass."""
+    code, j, at = _first_write_problem(raw, slots, values)
+    if code == _OUT_OF_RANGE:
+        raise ValueError(f"indices should lie in [0, {raw.shape[0]}), but got indices[{j}]={slots[j]}")
+    if code == _BAD_PRIORITY:
+        raise ValueError(f"priorities should be finite and >= 0, but got priorities[{j}]={values[at]!r}")
 
 
 def check_integer(value: Any, name: str) -> int:

@@ -27,6 +27,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from prisample._draw import WEIGHT_MODES, proportional_draw
 from prisample._validation import short_repr, state_float_array
 from prisample.rank import RankBackend
 from prisample.trees import OK, ArgMaxTree, PriorityTree, mass_limit, top_k
@@ -264,13 +265,28 @@ class ProportionalBackend:
             with np.errstate(invalid="ignore"):
                 self._positive.write(slots, np.where(values > 0.0, -values, np.nan))
 
-    def sample(self, k: int, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
-        if not self.tree.total() > 0.0:
+    def check_drawable(self) -> None:
+        """``ValueError`` when every valid slot has mass 0 (priority 0 with ``ε = 0``)."""
+        if not self.tree.sums[0] > 0.0:
             raise ValueError(
                 "cannot sample: every valid slot has probability 0 (priority 0 with eps=0); "
                 "set a positive priority first"
             )
+
+    def sample(self, k: int, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        self.check_drawable()
         return self.tree.sample(rng.random(k))
+
+    def sample_weighted(
+        self, k: int, rng: np.random.Generator, beta: float, weight_norm: str
+    ) -> tuple[IntArray, FloatArray, npt.NDArray[np.float32] | None]:
+        """:meth:`sample` and the draws' importance weights ``w_i = (N · P(i))^-β`` normalised
+        by ``weight_norm`` (Sec. 3.4, as :func:`~prisample.weights.importance_weights`) in one
+        compiled call; ``None`` for the weights where the memory normalisation's ``P_min`` is
+        not ``(min_i p_i + ε)^α / Σ_k m_k`` (``ε = 0`` with a zero priority, or an underflow):
+        the caller computes them with :meth:`min_probability` then."""
+        self.check_drawable()
+        return proportional_draw(self.tree, rng.random(k), self.count, beta, WEIGHT_MODES[weight_norm])
 
     def probabilities(self, slots: IntArray) -> FloatArray:
         total = self.tree.total()

@@ -13,7 +13,7 @@ import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -31,12 +31,14 @@ from prisample._validation import (
     check_real,
     check_size,
     check_slots,
+    check_write,
     generator_from_seed,
     to_numpy,
 )
 from prisample.backends import (
     NO_PRIORITIES,
     Backend,
+    ProportionalBackend,
     backend_class,
     backend_nbytes,
     check_alpha_fits,
@@ -91,6 +93,19 @@ class Draw:
         return int(self.indices.shape[0])
 
 
+def _new_draw(
+    indices: npt.NDArray[np.int64], weights: npt.NDArray[np.float32], probabilities: npt.NDArray[np.float64]
+) -> Draw:
+    """``Draw(indices, weights, probabilities)``, set without the frozen dataclass's ``__init__``
+    (an ``object.__setattr__`` call per field): the sampler makes one per batch."""
+    draw = object.__new__(Draw)
+    fields = draw.__dict__
+    fields["indices"] = indices
+    fields["weights"] = weights
+    fields["probabilities"] = probabilities
+    return draw
+
+
 class PrioritizedSampler(Sampler[int]):
     """Prioritized sampling over ``capacity`` slots (Schaul et al. 2016).
 
@@ -139,6 +154,10 @@ class PrioritizedSampler(Sampler[int]):
     >>> d.indices.shape, d.weights.dtype.name
     ((2,), 'float32')
     """
+
+    _base_weights: ClassVar[bool] = True
+    """Whether the class keeps this class's :meth:`_weights` (then :meth:`sample` may fuse the
+    proportional draw with the weights); set for each subclass."""
 
     def __init__(
         self,
@@ -275,6 +294,10 @@ class PrioritizedSampler(Sampler[int]):
         """
         return self._lock
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._base_weights = cls._weights is PrioritizedSampler._weights
+
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:
             state = self.__dict__.copy()
@@ -336,9 +359,7 @@ class PrioritizedSampler(Sampler[int]):
                 f"priorities should have one value per index ({idx.shape[0]}), got {values.shape}"
             )
         with self._lock:
-            filled = ~np.isnan(values)
-            check_slots(self._raw, idx, need_filled=False)
-            check_slots(self._raw, idx[filled], values[filled], need_filled=False)
+            check_write(self._raw, idx, values)
             self._backend.write(idx, values)
             self._written(idx)
 
@@ -359,12 +380,26 @@ class PrioritizedSampler(Sampler[int]):
         """Draw ``k`` slots (stratified) with their weights; advances the β schedule by one."""
         k = check_positive_int(k, "k")
         with self._lock:
-            if self._backend.count == 0:
+            backend = self._backend
+            if backend.count == 0:
                 raise ValueError("cannot sample from an empty sampler (size=0): add slots first")
-            slots, probabilities = self._backend.sample(k, self._rng)
-            weights = self._weights(slots, probabilities)
+            if self._base_weights and type(backend) is ProportionalBackend:
+                draw = self._sample_proportional(backend, k)
+            else:
+                slots, probabilities = backend.sample(k, self._rng)
+                draw = _new_draw(slots, self._weights(slots, probabilities), probabilities)
             self._step += 1
-        return Draw(slots, weights, probabilities)
+        return draw
+
+    def _sample_proportional(self, backend: ProportionalBackend, k: int) -> Draw:
+        """:meth:`sample`'s draw and weights for the proportional backend and this class's
+        :meth:`_weights`, in one compiled call (:meth:`ProportionalBackend.sample_weighted`):
+        the same batch."""
+        beta = beta_at(self._beta, self._step)
+        slots, probabilities, weights = backend.sample_weighted(k, self._rng, beta, self.weight_norm)
+        if weights is None:  # P_min of the smallest positive priority (eps = 0): the general path
+            weights = self._weights(slots, probabilities)
+        return _new_draw(slots, weights, probabilities)
 
     def weights(self, indices: npt.ArrayLike) -> npt.NDArray[np.float32]:
         """Importance weights of filled slots under the current distribution and ``β`` (0 for a
