@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -49,12 +50,25 @@ EVICTIONS = ("fifo", "priority")
 def events(done: Inserted, priorities: FloatArray, first: int = 0) -> tuple[IntArray, FloatArray]:
     """A write as one ordered sequence of slot writes: row ``i``'s evictions (value NaN), then
     row ``i`` (value ``priorities[i]``), from eviction ``first`` on (earlier ones left out)."""
-    slots, evicted, until = done.slots, done.evicted[first:], done.evicted_until - first
-    n, m = slots.shape[0], evicted.shape[0]
+    return _interleave(done.slots, done.evicted, done.evicted_until, priorities, first)
+
+
+@numba.njit(cache=True)
+def _interleave(
+    slots: np.ndarray, evicted: np.ndarray, until: np.ndarray, priorities: np.ndarray, first: int
+) -> tuple[np.ndarray, np.ndarray]:
+    n = slots.shape[0]
+    m = evicted.shape[0] - first
     at = np.empty(n + m, dtype=np.int64)
-    at[np.arange(m) + np.searchsorted(until, np.arange(m), side="right")] = np.arange(m)
-    at[until + np.arange(n)] = m + np.arange(n)
-    return np.concatenate([evicted, slots])[at], np.concatenate([np.full(m, np.nan), priorities])[at]
+    values = np.empty(n + m, dtype=np.float64)
+    out, e = 0, first
+    for i in range(n):
+        while e < until[i]:
+            at[out], values[out] = evicted[e], np.nan
+            out, e = out + 1, e + 1
+        at[out], values[out] = slots[i], priorities[i]
+        out += 1
+    return at, values
 
 
 class Eviction:

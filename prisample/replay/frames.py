@@ -94,17 +94,8 @@ def _store_kernel(
     stage: np.ndarray,
     stage_rows: np.ndarray,
     nstage: int,
-    refs: np.ndarray,
-    free: np.ndarray,
+    tables: tuple[np.ndarray, ...],
     nfree: int,
-    obs_rows: np.ndarray,
-    next_rows: np.ndarray,
-    stream_obs: np.ndarray,
-    stream_next: np.ndarray,
-    stream_live: np.ndarray,
-    cache: np.ndarray,
-    cache_obs: np.ndarray,
-    cache_next: np.ndarray,
     obs: np.ndarray,
     next_obs: np.ndarray,
     stream: int,
@@ -113,7 +104,9 @@ def _store_kernel(
     released: np.ndarray,
 ) -> tuple[int, int, int, int, int, bool]:
     """Store one transition's stacks (frames as machine words, one row per frame) in table entry
-    ``head`` (row ``head % len(table)``).
+    ``head`` (row ``head % len(table)``); ``tables`` are the pool's and the caller's arrays
+    ``(refs, free, stream_obs, stream_next, stream_live, cache, cache_obs, cache_next, obs_rows,
+    next_rows)``.
 
     A pool row is shared when its bytes equal the frame: ``obs`` equal to the stream's last
     ``next_obs`` or its last ``obs`` moved on by one frame, ``next_obs`` equal to ``obs`` (or the
@@ -126,6 +119,9 @@ def _store_kernel(
     one being written, then more until the new frames fit.  Returns ``(table row written, nfree,
     tail, number released, nstage, obs continued the stream)``.
     """
+    refs, free, stream_obs, stream_next, stream_live, cache, cache_obs, cache_next, obs_rows, next_rows = (
+        tables
+    )
     stack, capacity = obs.shape[0], obs_rows.shape[0]
     live = stream_live[stream]
     last_obs, last_next = stream_obs[stream], stream_next[stream]
@@ -241,17 +237,8 @@ def _store_rows(
     stage_rows: np.ndarray,
     nstage: int,
     stage_room: int,
-    refs: np.ndarray,
-    free: np.ndarray,
+    tables: tuple[np.ndarray, ...],
     nfree: int,
-    obs_rows: np.ndarray,
-    next_rows: np.ndarray,
-    stream_obs: np.ndarray,
-    stream_next: np.ndarray,
-    stream_live: np.ndarray,
-    cache: np.ndarray,
-    cache_obs: np.ndarray,
-    cache_next: np.ndarray,
     obs: np.ndarray,
     next_obs: np.ndarray,
     streams: np.ndarray,
@@ -276,23 +263,14 @@ def _store_rows(
         if stage_room > 0 and nstage + _STAGE_RESERVE * stack > stage_room:
             break
         stream = streams[i]
-        had_last[i] = stream_live[stream]
+        had_last[i] = tables[4][stream]  # the stream's last stacks are live
         entry, nfree, tail, k, nstage, cont = _store_kernel(
             frames,
             stage,
             stage_rows,
             nstage,
-            refs,
-            free,
+            tables,
             nfree,
-            obs_rows,
-            next_rows,
-            stream_obs,
-            stream_next,
-            stream_live,
-            cache,
-            cache_obs,
-            cache_next,
             obs[i],
             next_obs[i],
             stream,
@@ -422,7 +400,11 @@ class FramePool:
     @property
     def nbytes(self) -> int:
         """Bytes of the frames (host or device) and the bookkeeping, dedup cache included."""
-        arrays = (
+        return self.storage.nbytes + sum(a.nbytes for a in self._bookkeeping())
+
+    def _bookkeeping(self) -> tuple[npt.NDArray[Any], ...]:
+        """The arrays beside the frames, in the order the store kernel takes them."""
+        return (
             self._refs,
             self._free,
             self._stream_obs,
@@ -432,7 +414,6 @@ class FramePool:
             self._cache_obs,
             self._cache_next,
         )
-        return self.storage.nbytes + sum(a.nbytes for a in arrays)
 
     def stream_live(self, stream: int) -> bool:
         """Whether ``stream`` has last stacks (a transition was stored on it)."""
@@ -493,17 +474,8 @@ class FramePool:
             stage_rows,
             self._nstage,
             room,
-            self._refs,
-            self._free,
+            (*self._bookkeeping(), obs_rows, next_rows),
             self._nfree,
-            obs_rows,
-            next_rows,
-            self._stream_obs,
-            self._stream_next,
-            self._stream_live,
-            self._cache,
-            self._cache_obs,
-            self._cache_next,
             obs_words,
             next_words,
             streams,

@@ -35,7 +35,7 @@ from prisample.replay.nstep import NStepAccumulator
 from prisample.replay.spec import DTypes, Transitions, TransitionSpec
 from prisample.replay.stores import ObservationStore, last_rows, make_store
 from prisample.replay.vector_env import VectorStepConverter, converter_for, rows_of_extras
-from prisample.replay.writes import Inserted, OneAdd, TransitionWrites, VectorAdd, WriteRequest
+from prisample.replay.writes import Inserted, TransitionWrites, VectorAdd, WriteRequest
 
 __all__ = ["STATE_VERSION", "CheckedState", "DTypes", "Inserted", "ReplayMemory"]
 
@@ -270,18 +270,14 @@ class ReplayMemory(TransitionWrites, MemoryCheckpoint):
         forms come here): the request's arguments checked once into rows
         (:class:`~prisample.replay.spec.TransitionSpec`), then stored as one batch; a rejected
         request changes nothing (the vector-step converter included).  Returns what changed."""
-        spec, known = self.spec, self.obs_dtype
         if isinstance(request, VectorAdd):
             return self._write_vector_step(request)
-        if isinstance(request, OneAdd):
-            rows = spec.one(known, *request[:7], request.extras)
-        else:
-            if request.priorities is not None:
-                raise TypeError(
-                    "priorities= needs a PrioritizedReplay (a ReplayMemory holds no priorities), "
-                    f"but got priorities={request.priorities!r}"
-                )
-            rows = spec.many(known, *request[:7], request.extras)
+        if request.priorities is not None:
+            raise TypeError(
+                "priorities= needs a PrioritizedReplay (a ReplayMemory holds no priorities), "
+                f"but got priorities={request.priorities!r}"
+            )
+        rows = self.spec.rows(self.obs_dtype, request)
         return self._write(rows)
 
     def swap_slots(self, a: int, b: int) -> None:
@@ -433,6 +429,15 @@ class ReplayMemory(TransitionWrites, MemoryCheckpoint):
                     f"weights should have one value per slot ({idx.shape[0]}), but got shape {w.shape}"
                 )
         return self._gather(idx, w)
+
+    def read_drawn(
+        self, slots: IntArray, weights: npt.NDArray[np.float32] | None = None
+    ) -> tuple[ReplayBatch, IntArray]:
+        """:meth:`get` for slots a sampler over this memory just drew, under the lock that
+        keeps it in step with the memory (int64 slots, each :meth:`drawable`: not checked again),
+        with the slots' generations on the host (what ``batch.generation`` holds, a tensor on a
+        device)."""
+        return self._gather(slots, weights), self._generation[slots]
 
     def _gather(self, idx: IntArray, weights: npt.NDArray[np.float32] | None = None) -> ReplayBatch:
         """Read on the host (numpy), or on the device: the host computes what the store gathers

@@ -25,7 +25,7 @@ from prisample.replay.frames import reserve_rows
 from prisample.replay.memory import Inserted, ReplayMemory
 from prisample.replay.prefetch import Prefetcher
 from prisample.replay.replay_checkpoint import REPLAY_STATE_VERSION, ReplayCheckpoint
-from prisample.replay.writes import ManyAdd, OneAdd, TransitionWrites, WriteRequest
+from prisample.replay.writes import AddRequest, TransitionWrites, WriteRequest
 from prisample.sampler import Draw, PrioritizedSampler
 from prisample.weights import LinearSchedule, WeightNorm
 
@@ -178,10 +178,10 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
         """The memory's write (:meth:`ReplayMemory.write`) under the lock, with the sampler's side:
         the evicted transitions leave, the new ones enter at the maximum priority (under n-step:
         once complete), or at ``add_many``'s ``priorities=``."""
-        n, initial = 1, None
-        if not isinstance(request, OneAdd):
-            n = _leading(request.reward)  # a vector step: at most one row per env
-        if isinstance(request, ManyAdd) and request.priorities is not None:
+        initial = None
+        single = isinstance(request, AddRequest) and request.single
+        n = 1 if single else _leading(request.reward)  # a vector step: at most one row per env
+        if isinstance(request, AddRequest) and request.priorities is not None:
             initial = self._initial_priorities(request.priorities, n)
             request = request._replace(priorities=None)
         with self._write(n, initial) as write:
@@ -302,8 +302,7 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
                     f"end of its episode), and none of the {len(self.memory)} stored is"
                 )
             draw = self.sampler.sample(k)
-            batch = self.memory.get(draw.indices, weights=draw.weights)
-            live = self.memory.generations(draw.indices)  # the host's copy (drawn: all live)
+            batch, live = self.memory.read_drawn(draw.indices, draw.weights)
             generation = self._eviction.generations(draw.indices, live)
             if generation is not live:  # moved transitions keep their generations
                 device_generation: Any = generation.copy()

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from prisample._validation import as_indices, to_numpy
 from prisample.replay._checks import as_dtype, as_real, as_shape, cast
 from prisample.replay.batch import FIELDS
+from prisample.replay.writes import AddRequest
 
 __all__ = ["DTypes", "TransitionSpec", "Transitions"]
 
@@ -176,20 +177,15 @@ class TransitionSpec:
                 dtypes[k] = as_dtype(to_numpy(obs[k], f"obs[{k!r}]").dtype, f"obs[{k!r}] dtype")
         return dtypes
 
-    # -- the three kinds of write ---------------------------------------------------------------
-    def one(
-        self,
-        known: DTypes | None,
-        obs: Any,
-        action: Any,
-        reward: Any,
-        discount: Any,
-        next_obs: Any,
-        episode_end: Any,
-        stream: Any,
-        extras: Mapping[str, Any],
-    ) -> Transitions:
+    # -- the kinds of write ---------------------------------------------------------------------
+    def rows(self, known: DTypes | None, request: AddRequest) -> Transitions:
+        """An ``add``'s or ``add_many``'s arguments checked into rows (``known``: the memory's
+        observation dtype, ``None`` before the first add)."""
+        return self._one(known, request) if request.single else self._many(known, request)
+
+    def _one(self, known: DTypes | None, request: AddRequest) -> Transitions:
         """One transition (``add``'s arguments) as a batch of one."""
+        obs, action, reward, discount, next_obs, episode_end, stream = request[1:8]
         dtype = self.dtype_of(obs, known)
         obs_a = self.observations(obs, "obs", dtype, None)
         next_a = self.observations(next_obs, "next_obs", dtype, None)
@@ -217,22 +213,12 @@ class TransitionSpec:
             np.array([discount_f], dtype=np.float64),
             np.array([bool(episode_end)]),
             np.array([int(stream)], dtype=np.int64),
-            self.extra_values(extras, None) if (extras or self.extras) else None,
+            self.extra_values(request.extras, None) if (request.extras or self.extras) else None,
         )
 
-    def many(
-        self,
-        known: DTypes | None,
-        obs: Any,
-        action: Any,
-        reward: Any,
-        discount: Any,
-        next_obs: Any,
-        episode_end: Any,
-        streams: Any,
-        extras: Mapping[str, Any],
-    ) -> Transitions:
+    def _many(self, known: DTypes | None, request: AddRequest) -> Transitions:
         """``n`` transitions (``add_many``'s arguments, each with a leading axis)."""
+        obs, action, reward, discount, next_obs, episode_end, streams = request[1:8]
         dtype = self.dtype_of(obs, known)
         obs_a = self.observations(obs, "obs", dtype, -1)
         n = next(iter(obs_a.values())).shape[0] if isinstance(obs_a, dict) else obs_a.shape[0]
@@ -267,7 +253,7 @@ class TransitionSpec:
             discounts.astype(np.float64),
             ends,
             ids,
-            self.extra_values(extras, n) if (extras or self.extras) else None,
+            self.extra_values(request.extras, n) if (request.extras or self.extras) else None,
         )
 
     def converted(self, known: DTypes | None, rows: Any, extras: Mapping[str, Any]) -> Transitions:

@@ -27,6 +27,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+import numba
 import numpy as np
 import numpy.typing as npt
 import torch
@@ -95,10 +96,40 @@ def previous_row(streams: IntArray) -> IntArray:
 def last_rows(slots: IntArray) -> Any:
     """Rows of a write that its slots keep (a slot written twice keeps its last row)."""
     n = slots.shape[0]
-    if n <= 1:
+    if n <= 1 or (n <= 64 and len(set(slots.tolist())) == n):  # distinct: every row (no sort)
         return slice(None)
     keep = n - 1 - np.unique(slots[::-1], return_index=True)[1]
     return slice(None) if keep.shape[0] == n else keep
+
+
+@numba.njit(cache=True)
+def _read_rows(
+    obs_rows: np.ndarray, next_rows: np.ndarray, idx: np.ndarray, last: np.ndarray, step: int
+) -> tuple[np.ndarray, int]:
+    """The frame rows of slots ``idx`` (``next_obs`` at ``last``): ``(k, stack + step)`` rows and
+    ``step`` when every ``next_obs`` stack is its ``obs`` stack moved on by ``step`` frames, else
+    ``(k, 2·stack)`` rows (``obs`` then ``next_obs``) and 0."""
+    k, stack = idx.shape[0], obs_rows.shape[1]
+    shift = step if 0 < step < stack else 0
+    for i in range(k):
+        if shift == 0:
+            break
+        for j in range(stack - shift):
+            if obs_rows[idx[i], j + shift] != next_rows[last[i], j]:
+                shift = 0
+                break
+    width = stack + shift if shift else 2 * stack
+    rows = np.empty((k, width), dtype=np.int64)
+    for i in range(k):
+        for j in range(stack):
+            rows[i, j] = obs_rows[idx[i], j]
+        if shift:
+            for j in range(shift):
+                rows[i, stack + j] = next_rows[last[i], stack - shift + j]
+        else:
+            for j in range(stack):
+                rows[i, stack + j] = next_rows[last[i], j]
+    return rows, shift
 
 
 class ObservationStore:
@@ -344,15 +375,9 @@ class FrameStore(ObservationStore):
         ``obs`` (1 for one step, n for n-step windows none of which ended early) is gathered
         once with ``obs`` as a ``(k, frame_stack + step)`` block and returned as two overlapping
         views; otherwise ``(k, 2, frame_stack)`` rows."""
-        obs_rows, next_rows = self.obs_rows[idx], self.next_rows[last]
-        stack, shift = self.frame_stack, 0
-        if 0 < step < stack and np.array_equal(obs_rows[:, step:], next_rows[:, :-step]):
-            shift = step
-        rows = (
-            np.concatenate((obs_rows, next_rows[:, -shift:]), axis=1)
-            if shift
-            else np.stack((obs_rows, next_rows), axis=1)
-        )
+        rows, shift = _read_rows(self.obs_rows, self.next_rows, idx, last, step)
+        if not shift:
+            rows = rows.reshape(idx.shape[0], 2, self.frame_stack)
         return [rows], (rows.shape, shift)
 
     def take(self, index: list[Any], plan: Any, head: int) -> tuple[Any, Any]:

@@ -23,7 +23,7 @@ import torch
 
 from prisample._validation import to_numpy
 
-__all__ = ["Inserted", "ManyAdd", "OneAdd", "TransitionWrites", "VectorAdd", "WriteRequest"]
+__all__ = ["AddRequest", "Inserted", "TransitionWrites", "VectorAdd", "WriteRequest"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -43,22 +43,11 @@ class Inserted(NamedTuple):
     completed), in order, each once: a sampler over the memory adds exactly these."""
 
 
-class OneAdd(NamedTuple):
-    """The arguments of one ``add``."""
+class AddRequest(NamedTuple):
+    """The arguments of one ``add`` (``single``: one transition, given without a leading axis,
+    on stream ``streams``) or one ``add_many`` (each argument with a leading axis of ``n``)."""
 
-    obs: Any
-    action: Any
-    reward: Any
-    discount: Any
-    next_obs: Any
-    episode_end: Any
-    stream: Any
-    extras: dict[str, Any]
-
-
-class ManyAdd(NamedTuple):
-    """The arguments of one ``add_many`` (each with a leading axis of ``n``)."""
-
+    single: bool
     obs: Any
     action: Any
     reward: Any
@@ -85,7 +74,7 @@ class VectorAdd(NamedTuple):
     extras: dict[str, Any]
 
 
-WriteRequest = OneAdd | ManyAdd | VectorAdd
+WriteRequest = AddRequest | VectorAdd
 
 
 def host(value: Any, name: str) -> Any:
@@ -142,7 +131,8 @@ class TransitionWrites:
         ``reward`` that is not finite as float32, a ``discount`` outside ``[0, 1]``, an extra
         missing or not declared.
         """
-        request = OneAdd(
+        request = AddRequest(
+            True,
             host(obs, "obs"),
             host(action, "action"),
             reward,
@@ -150,6 +140,7 @@ class TransitionWrites:
             host(next_obs, "next_obs"),
             episode_end,
             stream,
+            None,
             _hosted(extras),
         )
         return int(self.write(request).slots[0])
@@ -181,7 +172,8 @@ class TransitionWrites:
         call evicts again takes no priority.  ``n_step = 1`` only (an n-step window completes in a
         later call).
         """
-        request = ManyAdd(
+        request = AddRequest(
+            False,
             host(obs, "obs"),
             host(action, "action"),
             host(reward, "reward"),
@@ -235,22 +227,22 @@ class TransitionWrites:
 
     def insert(self, *args: Any, **kwargs: Any) -> Inserted:
         """:meth:`add` (the same arguments), returning what changed (see :class:`Inserted`)."""
-        return self.write(_request(OneAdd, TransitionWrites.add, args, kwargs))
+        values = _arguments(TransitionWrites.add, args, kwargs)
+        values["streams"] = values.pop("stream")
+        return self.write(AddRequest(single=True, priorities=None, **values))
 
     def insert_many(self, *args: Any, **kwargs: Any) -> Inserted:
         """:meth:`add_many` (the same arguments), returning what changed (see :class:`Inserted`)."""
-        return self.write(_request(ManyAdd, TransitionWrites.add_many, args, kwargs))
+        return self.write(AddRequest(single=False, **_arguments(TransitionWrites.add_many, args, kwargs)))
 
     def insert_vector_step(self, *args: Any, **kwargs: Any) -> Inserted:
         """:meth:`add_vector_step` (the same arguments), returning what changed (see :class:`Inserted`)."""
-        return self.write(_request(VectorAdd, TransitionWrites.add_vector_step, args, kwargs))
+        return self.write(VectorAdd(**_arguments(TransitionWrites.add_vector_step, args, kwargs)))
 
 
-def _request(kind: Any, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> WriteRequest:
-    """The request ``method`` would make of ``args`` and ``kwargs`` (its parameters are the
-    request's fields), tensors taken as numpy."""
+def _arguments(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The arguments ``method`` would take from ``args`` and ``kwargs``, by parameter name (its
+    defaults filled in, tensors as numpy): a request's fields."""
     bound = inspect.signature(method).bind(None, *args, **kwargs)
     bound.apply_defaults()
-    values = {name: host(value, name) for name, value in bound.arguments.items() if name != "self"}
-    request: WriteRequest = kind(**values)
-    return request
+    return {name: host(value, name) for name, value in bound.arguments.items() if name != "self"}
