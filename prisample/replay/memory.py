@@ -1,13 +1,14 @@
-"""Transition ring of a replay memory: per-transition columns, generations, streams, n-step windows.
+"""Transition ring of a replay memory: slots, generations, per-transition columns, streams,
+n-step windows, over an observation store.
 
-:class:`ReplayMemory` keeps the last ``capacity`` transitions ``(s_t, a_t, r_t, γ_t, s_{t+1})`` in
-preallocated numpy arrays, one slot per transition, written in arrival order and evicted oldest
-first.  Array observations go to a :class:`~prisample.replay.frames.FramePool` (each distinct frame
-once; the ring keeps each transition's pool rows) through its public methods; dict observations
-(gymnasium ``Dict`` spaces) are stored per transition and key.  With ``n_step = n`` an
-:class:`~prisample.replay.nstep.NStepAccumulator` forms each transition's n-step window as its stream moves
-on.  Every write reports what it evicted and which slots became drawable
-(:meth:`ReplayMemory.insert`), which is what :class:`~prisample.replay.PrioritizedReplay` builds on.
+:class:`ReplayMemory` keeps the last ``capacity`` transitions ``(s_t, a_t, r_t, γ_t, s_{t+1})``,
+one slot per transition, written in arrival order and evicted oldest first.  Where the
+observations live is its store's business (:mod:`~prisample.replay.stores`: a frame pool holding
+each distinct frame once, or per-key columns for dict observations); with ``n_step = n`` an
+:class:`~prisample.replay.nstep.NStepAccumulator` forms each transition's n-step window as its
+stream moves on.  Every add is one batch write (:meth:`ReplayMemory.write`) that reports what it
+evicted and which slots became drawable (:class:`~prisample.replay.writes.Inserted`), which is what
+:class:`~prisample.replay.PrioritizedReplay` builds on.
 """
 
 from __future__ import annotations
