@@ -3,8 +3,9 @@
 :class:`TransitionWrites` gives :class:`~prisample.replay.memory.ReplayMemory` and
 :class:`~prisample.replay.PrioritizedReplay` the same ``add`` (one transition), ``add_many`` (a
 batch, e.g. a vector env's step with streams) and ``add_vector_step`` (a gymnasium vector env's
-step as it comes), declared once here.  Each packs its arguments into a request (:class:`OneAdd`,
-:class:`ManyAdd`, :class:`VectorAdd`) and hands it to the class's one :meth:`TransitionWrites.write`:
+step as it comes), declared once here.  Each packs its arguments into a request
+(:class:`AddRequest` for ``add`` and ``add_many``, :class:`VectorAdd`) and hands it to the
+class's one :meth:`TransitionWrites.write`:
 the memory checks the request into rows and stores them; the prioritized replay does the same
 under its lock and then tells its sampler what the write evicted and admitted.  ``insert``,
 ``insert_many`` and ``insert_vector_step`` take the same arguments and return :class:`Inserted`
