@@ -13,6 +13,7 @@ evicted and which slots became drawable (:class:`~prisample.replay.writes.Insert
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import torch
 
 from prisample._validation import as_indices, check_positive_int, to_numpy
 from prisample.replay._checks import (
@@ -439,6 +441,40 @@ class ReplayMemory(TransitionWrites, MemoryCheckpoint):
         with the slots' generations on the host (what ``batch.generation`` holds, a tensor on a
         device)."""
         return self._gather(slots, weights), self._generation[slots]
+
+    def read_on_device(self, slots: torch.Tensor, weights: torch.Tensor | None = None) -> ReplayBatch:
+        """:meth:`get` for slots drawn on the memory's device (an int64 tensor there, each
+        :meth:`drawable`: not checked), with no host synchronisation: the columns, the store's
+        row tables and the frames are gathered from their device mirrors (the rows added since
+        the last read go over first, host to device).  ``n_step = 1`` only: the n-step windows
+        live on the host."""
+        if self.device is None or self._nstep is not None:
+            raise ValueError(
+                f"read_on_device needs a device and n_step=1, "
+                f"but got device={self.device}, n_step={self.n_step}"
+            )
+        head = self._head
+        self._columns.sync(head)
+        columns: dict[str, Any] = dict(self._columns.gather(slots))
+        obs, next_obs = self._store.take_on_device(slots, head)
+        extras = {name: columns[f"extra.{name}"] for name in self.extras}
+        batch = ReplayBatch(
+            obs,
+            columns["action"],
+            columns["reward"],
+            columns["discount"],
+            next_obs,
+            columns["generation"],
+            extras,
+        )
+        return batch if weights is None else dataclasses.replace(batch, weights=weights)
+
+    def live_generations_on_device(self, slots: torch.Tensor) -> torch.Tensor:
+        """:meth:`live_generations` of slots given as an int64 tensor on the device, computed
+        there (``-1`` where a slot holds no live transition), with no host synchronisation."""
+        self._columns.sync(self._head)
+        generation = self._columns.gather(slots)["generation"]
+        return torch.where(generation >= self._tail, generation, torch.full_like(generation, -1))
 
     def _gather(self, idx: IntArray, weights: npt.NDArray[np.float32] | None = None) -> ReplayBatch:
         """Read on the host (numpy), or on the device: the host computes what the store gathers

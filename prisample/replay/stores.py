@@ -204,6 +204,12 @@ class ObservationStore:
         tensors on the device; ``head``: the adds so far, for device mirrors)."""
         raise NotImplementedError
 
+    def take_on_device(self, slots: torch.Tensor, head: int) -> tuple[Any, Any]:
+        """``(obs, next_obs)`` of ``slots`` (an int64 tensor on the device, one-step
+        transitions), gathered there with no host work on the slots: everything the gather
+        needs is mirrored on the device (``head``: the adds so far, brought over first)."""
+        raise NotImplementedError
+
     def swap(self, both: IntArray, back: IntArray) -> None:
         """Exchange the observations of two slots (``both`` takes ``back``'s)."""
         raise NotImplementedError
@@ -282,9 +288,25 @@ class FrameStore(ObservationStore):
         super().__init__(capacity, num_streams, device)
         self.frame_shape, self.frame_stack = frame_shape, frame_stack
         self.requested_frame_capacity = frame_capacity
-        self.obs_rows = np.zeros((capacity, frame_stack), dtype=np.int32)
-        self.next_rows = np.zeros((capacity, frame_stack), dtype=np.int32)
+        row = ((frame_stack,), np.dtype(np.int32))
+        # On a device the row tables are mirrored there (written in ring order, like the columns),
+        # so that a draw made on the device finds its frames without the host.
+        self._tables = Columns(capacity, {"obs_rows": row, "next_rows": row}, device)
+        self._bind_tables()
         self._staged_rows = np.empty(0, dtype=np.int64)  # the kernel's marker: no staging buffer
+
+    def _bind_tables(self) -> None:
+        self.obs_rows: npt.NDArray[np.int32] = self._tables.host["obs_rows"]
+        self.next_rows: npt.NDArray[np.int32] = self._tables.host["next_rows"]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["obs_rows"], state["next_rows"]  # views of the tables: rebound on load
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._bind_tables()
 
     def rows_for(self, dtype: np.dtype[Any]) -> int:
         """Frame pool rows for ``dtype``: the requested ``frame_capacity``, else the default
@@ -325,7 +347,7 @@ class FrameStore(ObservationStore):
     @property
     def nbytes(self) -> int:
         pool = 0 if self.pool is None else self.pool.nbytes
-        return self.obs_rows.nbytes + self.next_rows.nbytes + pool
+        return self._tables.nbytes + pool
 
     def write(
         self, obs: Any, next_obs: Any, streams: IntArray, tail: int, head: int, evicted: IntArray
@@ -397,9 +419,25 @@ class FrameStore(ObservationStore):
             return both[:, 0, 0], both[:, 1, 0]
         return both[:, 0], both[:, 1]
 
+    def take_on_device(self, slots: torch.Tensor, head: int) -> tuple[Any, Any]:
+        """Both stacks of every slot: ``2·frame_stack`` frames each, since whether ``next_obs``
+        shares frames with ``obs`` is a fact of the data that only a synchronisation could act on."""
+        pool = self.pool
+        assert pool is not None and isinstance(pool.storage, TorchFrames)
+        self._tables.sync(head)
+        pool.flush()
+        tables = self._tables.gather(slots)
+        rows = torch.cat((tables["obs_rows"], tables["next_rows"]), dim=1).to(torch.int64)
+        k, stack = slots.shape[0], self.frame_stack
+        both = pool.storage.as_frames(pool.storage.gather_bytes(rows.reshape(-1)), (k, 2, stack))
+        if stack == 1:
+            return both[:, 0, 0], both[:, 1, 0]
+        return both[:, 0], both[:, 1]
+
     def swap(self, both: IntArray, back: IntArray) -> None:
         for table in (self.obs_rows, self.next_rows):
             table[both] = table[back]
+        self._tables.resend(both)
 
     def table_arrays(self) -> dict[str, npt.NDArray[Any]]:
         return {"obs_rows": self.obs_rows, "next_rows": self.next_rows}
@@ -432,6 +470,7 @@ class FrameStore(ObservationStore):
         """The tables, then the pool: frames (to the device), bookkeeping, dedup cache."""
         self.obs_rows[...] = a["obs_rows"]
         self.next_rows[...] = a["next_rows"]
+        self._tables.invalidate()  # the device mirror takes every row at the next read
         if self.pool is not None:
             self.pool.commit_state(a, counters["nfree"])
 
@@ -522,6 +561,9 @@ class DictStore(ObservationStore):
         return {k: obs_cols[f"obs.{k}"] for k in self.keys}, {
             k: next_cols[f"next_obs.{k}"] for k in self.keys
         }
+
+    def take_on_device(self, slots: torch.Tensor, head: int) -> tuple[Any, Any]:
+        return self.take([slots, slots], None, head)
 
     def swap(self, both: IntArray, back: IntArray) -> None:
         for name, column in self.columns.items():
