@@ -1,6 +1,7 @@
 """prisample: prioritized sampling (Schaul et al. 2016) for supervised and reinforcement learning."""
 
 from prisample.data import IndexedDataset
+from prisample.device_sampler import DeviceDraw, DevicePrioritizedSampler
 from prisample.methods import (
     CorrectedSampler,
     LaBER,
@@ -24,6 +25,8 @@ from prisample.weights import LinearSchedule, importance_weights
 
 __all__ = [
     "CorrectedSampler",
+    "DeviceDraw",
+    "DevicePrioritizedSampler",
     "Draw",
     "IndexedDataset",
     "LaBER",

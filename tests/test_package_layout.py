@@ -116,6 +116,8 @@ def test_top_level_names_unchanged() -> None:
     assert sorted(prisample.__all__) == sorted(
         [
             "CorrectedSampler",
+            "DeviceDraw",
+            "DevicePrioritizedSampler",
             "Draw",
             "IndexedDataset",
             "LaBER",
