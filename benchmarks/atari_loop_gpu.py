@@ -34,10 +34,20 @@ GPU_SETTINGS: dict[str, Any] = {
     "defer_priorities": True,
     "cuda_graph": True,
     "replay_on_device": True,
+    "priorities_on_device": True,
 }
-"""The recipe's options for a GPU (every other value: the Atari preset and the arm's file)."""
+"""The recipe's options for a GPU (every other value: the Atari preset and the arm's file);
+``--host_priorities`` measures the priorities on the host instead (issue 12's setting)."""
 TARGET_STEPS_PER_S = 3000.0
 TARGET_REPLAY_SHARE = 0.15
+ISSUE24_TARGETS: dict[str, float] = {
+    "agent_steps_per_s": 8000.0,  # uniform and proportional, priorities on the device
+    "rank_agent_steps_per_s": 4000.0,
+    "replay_share": 0.10,
+    "over_cleanrl": 15.0,
+}
+DEVICE_BACKENDS = ("proportional", "uniform")
+"""The arms whose priorities can live on the device (rank needs the host's exact order)."""
 
 
 def table(result: dict[str, Any]) -> str:
@@ -77,6 +87,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--cleanrl_seconds", type=float, default=45.0)
     parser.add_argument("--cleanrl_learning_starts", type=int, default=5000)
     parser.add_argument("--cleanrl_buffer_size", type=int, default=1_000_000)
+    parser.add_argument(
+        "--host_priorities", action="store_true", help="keep the priorities on the host (issue 12's setting)"
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/atari_loop_gpu.json"))
     parser.add_argument("--loop_out", type=Path, default=None, help="also write atari_loop's full JSON here")
     parser.add_argument("--cleanrl_out", type=Path, default=None, help="also write CleanRL's full JSON here")
@@ -84,14 +97,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     command = "python -m benchmarks.atari_loop_gpu " + " ".join(sys.argv[1:] if argv is None else argv)
     started = time.perf_counter()
     arms = [a for a in args.arms.split(",") if a]
-    loop = atari_loop.run(args.acting_steps, args.updates, arms, args.device, command, dict(GPU_SETTINGS))
+    settings = {**GPU_SETTINGS, "priorities_on_device": not args.host_priorities}
+    loop = atari_loop.run(args.acting_steps, args.updates, arms, args.device, command, settings)
     if args.loop_out is not None:
         args.loop_out.write_text(json.dumps(loop, indent=1, default=float) + "\n")
     result: dict[str, Any] = {
         "device": loop["config"]["device_name"],
         "command": command,
-        "settings": GPU_SETTINGS,
+        "settings": settings,
         "targets": {"agent_steps_per_s": TARGET_STEPS_PER_S, "replay_share": TARGET_REPLAY_SHARE},
+        "targets_issue24": ISSUE24_TARGETS,
         "arms": {},
         "machine": loop["machine"],
     }
@@ -100,6 +115,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "agent_steps_per_s": r["wall_steps_per_s"],
             "timed_parts_steps_per_s": r["steps_per_s"],
             "replay_share": r["replay_share_of_loop"],
+            "device_backend": settings["priorities_on_device"] and r["arm"] in DEVICE_BACKENDS,
             "update_ms": r["update_ms"],
             "per_update_ms": r["per_update_ms"],
             "updates": r["updates"],

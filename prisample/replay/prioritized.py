@@ -19,7 +19,9 @@ from prisample._validation import (
     check_finite_priorities,
     check_positive_int,
 )
+from prisample.device_sampler import DevicePrioritizedSampler
 from prisample.replay.batch import ReplayBatch
+from prisample.replay.device import as_device
 from prisample.replay.eviction import Swaps, check_eviction, events, make_eviction
 from prisample.replay.frames import reserve_rows
 from prisample.replay.memory import Inserted, ReplayMemory
@@ -126,7 +128,16 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
             frame_capacity = (stack + 1) * check_positive_int(capacity, "capacity") + reserve_rows(
                 stack, check_positive_int(num_streams, "num_streams")
             )
-        self.sampler = PrioritizedSampler(
+        self.on_device = isinstance(backend, str) and backend.startswith(_DEVICE_PREFIX)
+        """The priorities live on the memory's device (``backend="device_proportional"`` or
+        ``"device_uniform"``): draws, gathers and priority updates run there without the host."""
+        sampler_class: Any = PrioritizedSampler
+        sampler_options: dict[str, Any] = {}
+        if self.on_device:
+            _check_on_device(backend, device, n_step, self.eviction)
+            backend = backend[len(_DEVICE_PREFIX) :]
+            sampler_class, sampler_options = DevicePrioritizedSampler, {"device": as_device(device)}
+        self.sampler: PrioritizedSampler = sampler_class(
             check_positive_int(capacity, "capacity"),
             alpha=alpha,
             beta=beta,
@@ -135,6 +146,7 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
             weight_norm=weight_norm,
             size=0,
             seed=seed,
+            **sampler_options,
         )
         self.memory = ReplayMemory(
             capacity,
@@ -150,8 +162,30 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
             device=device,
         )
         self._drawn = np.full(self.memory.capacity, -1, dtype=np.int64)  # generation at last draw
-        self.dropped_updates = 0
+        self._dropped = 0
+        self._device_sampler: DevicePrioritizedSampler | None = None
+        if self.on_device:  # the draw record and the dropped count stay where the draws are
+            # the same object as ``sampler``, which answers every call the host path makes of it
+            self._device_sampler = cast(DevicePrioritizedSampler, self.sampler)
+            self._drawn_on_device = torch.from_numpy(self._drawn).to(self.memory.device)
+            self._dropped_on_device = torch.zeros((), dtype=torch.int64, device=self.memory.device)
         self._eviction = make_eviction(self.eviction, self.memory.capacity)
+
+    @property
+    def dropped_updates(self) -> int:
+        """Priority updates dropped as stale (their slot rewritten or evicted since the draw);
+        with the priorities on the device, reading it waits for the device."""
+        with self.lock:
+            if self.on_device:
+                return self._dropped + int(self._dropped_on_device.item())
+            return self._dropped
+
+    @dropped_updates.setter
+    def dropped_updates(self, value: int) -> None:
+        with self.lock:
+            self._dropped = value
+            if self.on_device:
+                self._dropped_on_device.zero_()
 
     @property
     def lock(self) -> threading.RLock:
@@ -245,6 +279,9 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
             if done.completed.shape[0]:
                 self.sampler.add(done.completed)
             return
+        if self.on_device:  # FIFO only: no eviction strategy to tell
+            self._enter_on_device(done, head)
+            return
         priorities = self._enter(done, head)
         self._eviction.admitted(done, priorities, head)
 
@@ -272,6 +309,31 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
         self.sampler.write(*events(done, priorities, first))
         return priorities
 
+    def _enter_on_device(self, done: Inserted, head: int) -> None:
+        """:meth:`_enter` with the priorities on the device: the same two ordered writes, the
+        maximum read there (never on the host), the slots and marks sent over with the write."""
+        sampler = self._device_sampler
+        assert sampler is not None
+        slots, evicted, until = done.slots, done.evicted, done.evicted_until
+        n = slots.shape[0]
+        if n == 0:
+            return
+        if self.memory.num_evicted > head:  # a row of this write left again: row by row
+            start = 0
+            for i in range(n):
+                if until[i] > start:
+                    sampler.remove(evicted[start : until[i]], checked=False)
+                    start = int(until[i])
+                sampler.add(slots[i : i + 1], checked=False)
+            return
+        first = int(until[0])
+        if first:
+            sampler.remove(evicted[:first], checked=False)
+        order, marks = events(done, np.zeros(n), first)  # NaN marks the evictions
+        marks_on_device = torch.from_numpy(marks).to(self.memory.device)
+        values = torch.where(torch.isnan(marks_on_device), marks_on_device, sampler.max_priority)
+        sampler.write(order, values, checked=False)
+
     def _enter_rows(self, done: Inserted) -> npt.NDArray[np.float64]:
         """:meth:`_enter` row by row (a write that evicted its own rows)."""
         slots, evicted, until = done.slots, done.evicted, done.evicted_until
@@ -294,6 +356,8 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
         Atomic under threads: no add lands between the draw and the gather, so every transition
         in the batch is the one drawn (on a device, the gather is queued before any later write).
         """
+        if self.on_device:
+            return self._sample_on_device(k)
         with self.lock:
             if self.sampler.size == 0 and len(self.memory):
                 raise ValueError(
@@ -312,6 +376,20 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
             self._drawn[draw.indices] = generation
         if self.memory.device is not None:  # the weights as the learner needs them: on its device
             draw = dataclasses.replace(draw, weights=cast(Any, batch.weights))
+        return batch, draw
+
+    def _sample_on_device(self, k: int) -> tuple[ReplayBatch, Any]:
+        """:meth:`sample` with the priorities on the device: the draw, the gather and the draw
+        record stay there (no host synchronisation); ``draw`` is a
+        :class:`~prisample.device_sampler.DeviceDraw` of tensors."""
+        sampler = self._device_sampler
+        assert sampler is not None
+        with self.lock:
+            if len(self.memory) == 0:  # the host's count: asking the device would wait for it
+                raise ValueError("no transition can be drawn yet: the memory is empty")
+            draw = sampler.sample(k)
+            batch = self.memory.read_on_device(draw.indices, draw.weights)
+            self._drawn_on_device[draw.indices] = cast(torch.Tensor, batch.generation)
         return batch, draw
 
     def prefetch(self, k: int, *, depth: int = 1, total: int | None = None) -> Prefetcher:
@@ -341,6 +419,9 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
         ``ValueError`` naming it, as :meth:`PrioritizedSampler.update_priorities` does, and then
         nothing changes (no entry is written, :attr:`dropped_updates` included).
         """
+        if self.on_device and isinstance(indices, torch.Tensor) and indices.device == self.memory.device:
+            self._update_on_device(indices, priorities, generations)
+            return
         idx = as_indices(indices, "indices")  # converted (a CUDA tensor copied) before the lock
         values = as_priorities(priorities, idx.shape[0])
         expected = None if generations is None else as_indices(generations, "generations")
@@ -366,11 +447,43 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
                 )
             keep = (current == expected) & (current >= 0)
             if not keep.all():
-                self.dropped_updates += int(keep.shape[0] - np.count_nonzero(keep))
+                self._dropped += int(keep.shape[0] - np.count_nonzero(keep))
                 idx, values = idx[keep], values[keep]
             if idx.shape[0]:
                 self.sampler.update_priorities(idx, values)
                 self._eviction.updated(idx, values)
+
+    def _draw_record(self) -> IntArray:
+        if self.on_device:
+            return self._drawn_on_device.cpu().numpy().copy()
+        return self._drawn.copy()
+
+    def _set_draw_record(self, drawn: IntArray) -> None:
+        self._drawn[:] = drawn
+        if self.on_device:
+            self._drawn_on_device.copy_(torch.from_numpy(self._drawn))
+
+    def _update_on_device(self, indices: torch.Tensor, priorities: Any, generations: Any) -> None:
+        """:meth:`update_priorities` of indices on the device (a draw's): the generations checked
+        there, a stale entry rewriting its slot's current priority (so that no shape depends on
+        the data), the dropped count kept there; no host synchronisation.  The indices are trusted
+        to be a draw's (in range, filled when drawn)."""
+        sampler = self._device_sampler
+        assert sampler is not None
+        device = self.memory.device
+        idx = indices.to(torch.int64).reshape(-1)
+        values = torch.as_tensor(priorities, dtype=torch.float64, device=device).reshape(-1)
+        with self.lock:
+            current = self.memory.live_generations_on_device(idx)
+            expected = (
+                self._drawn_on_device[idx]
+                if generations is None
+                else torch.as_tensor(generations, dtype=torch.int64, device=device).reshape(-1)
+            )
+            keep = (current == expected) & (current >= 0)
+            self._dropped_on_device += (~keep).sum()
+            values = torch.where(keep, values, sampler.tree.raw[idx])
+            sampler.update_priorities(idx, values, checked=False)
 
     def generations(self, slots: npt.ArrayLike) -> IntArray:
         """Number of the transition each slot holds, as ``batch.generation`` gives it (``-1``:
@@ -390,6 +503,19 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
             if not np.array_equal(filled, self.memory.drawable(np.arange(self.capacity))):
                 raise ValueError("sampler should be filled exactly in the memory's drawable slots")
             self._eviction.check(self.sampler.priorities)
+
+
+_DEVICE_PREFIX = "device_"
+
+
+def _check_on_device(backend: str, device: Any, n_step: int, eviction: str) -> None:
+    """A device backend's requirements: a device, one-step transitions, FIFO eviction."""
+    if device is None or n_step != 1 or eviction != "fifo":
+        raise ValueError(
+            f"backend={backend!r} keeps the priorities on the memory's device and needs device= set, "
+            f"n_step=1 and eviction='fifo', but got device={device!r}, n_step={n_step!r}, "
+            f"eviction={eviction!r}"
+        )
 
 
 class _Write:

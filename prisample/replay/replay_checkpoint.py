@@ -48,6 +48,13 @@ class ReplayCheckpoint:
     def lock(self) -> threading.RLock:
         raise NotImplementedError
 
+    def _draw_record(self) -> IntArray:
+        """A host copy of the generation each slot held at its last draw (-1: never drawn)."""
+        raise NotImplementedError
+
+    def _set_draw_record(self, drawn: IntArray) -> None:
+        raise NotImplementedError
+
     @property
     def capacity(self) -> int:
         raise NotImplementedError
@@ -64,7 +71,7 @@ class ReplayCheckpoint:
         state: dict[str, Any] = {
             "version": REPLAY_STATE_VERSION,
             "sampler": self.sampler.state_dict(),
-            "drawn": self._drawn.copy(),
+            "drawn": self._draw_record(),
             "dropped_updates": self.dropped_updates,
             "memory_head": self.memory.num_added,
             "memory_tail": self.memory.num_evicted,
@@ -167,7 +174,7 @@ class ReplayCheckpoint:
         self.sampler.load_state_dict(sampler_state)
         if memory is not None:
             self.memory.commit_state(memory)
-        self._drawn[:] = drawn
+        self._set_draw_record(drawn)
         self.dropped_updates = counts["dropped_updates"]
         self._eviction.load(self.sampler.priorities, slot_numbers)
 

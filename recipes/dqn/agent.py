@@ -65,7 +65,12 @@ def make_replay(cfg: DDQNConfig, spec: EnvSpec, device: torch.device, num_stream
     ``uniform`` is α = 0, β = 0; the arm's backend (proportional or rank), α, β₀, weight
     normalisation and ε of ``p = |δ| + ε`` otherwise.  Frames are stored once (``frame_stack``),
     one stream per environment, n-step returns when ``cfg.n_step > 1``, the frames on the GPU with
-    ``replay_on_device``."""
+    ``replay_on_device``, and the priorities too with ``priorities_on_device`` (proportional and
+    uniform, one-step)."""
+    on_gpu = cfg.replay_on_device and device.type == "cuda"
+    backend: str = cfg.replay
+    if on_gpu and cfg.priorities_on_device and cfg.replay in ("proportional", "uniform") and cfg.n_step == 1:
+        backend = f"device_{cfg.replay}"
     return PrioritizedReplay(
         cfg.memory_size,
         spec.obs_shape[1:] if spec.frame_stack > 1 else spec.obs_shape,
@@ -76,11 +81,11 @@ def make_replay(cfg: DDQNConfig, spec: EnvSpec, device: torch.device, num_stream
         alpha=cfg.alpha,
         beta=cfg.beta0,
         weight_norm=cfg.weight_norm,
-        backend=cfg.replay,
+        backend=backend,
         seed=cfg.seed,
         # PER: LAP's p = max(|δ|, κ) and Dopamine's sqrt(ℓ + 1e-10) are positive without ε
         eps=0.0 if cfg.priority_rule != "abs_td" else cfg.priority_eps,
-        device=device if cfg.replay_on_device and device.type == "cuda" else None,
+        device=device if on_gpu else None,
     )
 
 

@@ -125,7 +125,7 @@ def train(cfg: DDQNConfig) -> RunResult:
     def write_priorities(keep: int) -> None:
         """p_j ← |δ_j| for the updates in flight but the last ``keep`` (line 12)."""
         for indices, host in writes.ready(keep):
-            if laber is None:  # LaBER stores no priorities: it scores its large batch afresh
+            if laber is None and not replay.on_device:  # LaBER: no priorities; on the device: written
                 with timer("update_priorities"):
                     # PER: p_j ← |δ_j| (line 12), or LAP's max(|δ_j|, κ) (priority_rule, in td_loss)
                     replay.update_priorities(indices, host[:-3])
@@ -155,6 +155,9 @@ def train(cfg: DDQNConfig) -> RunResult:
                 loss, td_abs = learner(batch)
                 w = batch.weights
                 writes.push(indices, copier.start(td_abs, loss.view(1), w.mean().view(1), w.min().view(1)))
+            if replay.on_device and laber is None:  # PER: p_j ← |δ_j| (line 12) on the GPU, no wait
+                with timer("update_priorities"):
+                    replay.update_priorities(indices, td_abs, generations=sample.generation)
             # defer_priorities: this update's priorities are written after the next update's draw
             write_priorities(keep=1 if cfg.defer_priorities else 0)
             state.updates += 1

@@ -1,0 +1,74 @@
+"""The device replay step on a real GPU (issue 24): no host synchronisation under
+``torch.cuda.set_sync_debug_mode("error")``, and the same priorities as the same step on CPU
+tensors.  Runs where CUDA is present (``bash benchmarks/gpu_session.sh device``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from prisample.replay import PrioritizedReplay
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def _replay(device: str) -> PrioritizedReplay:
+    return PrioritizedReplay(
+        256, (8, 8), obs_dtype=np.uint8, frame_stack=4, num_streams=4, device=device,
+        backend="device_proportional", alpha=0.6, beta=0.4, seed=0,
+    )  # fmt: skip
+
+
+def _steps(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    last = rng.integers(0, 255, (4, 4, 8, 8), dtype=np.uint8)
+    steps = []
+    for _ in range(n):
+        nxt = np.concatenate([last[:, 1:], rng.integers(0, 255, (4, 1, 8, 8), dtype=np.uint8)], axis=1)
+        reward, discount = rng.normal(size=4), np.full(4, 0.99)
+        steps.append(
+            {"obs": last, "action": np.arange(4), "reward": reward, "discount": discount, "next_obs": nxt}
+        )
+        last = nxt
+    return steps
+
+
+def test_the_device_step_makes_no_host_synchronisation_on_a_gpu() -> None:
+    replay = _replay("cuda")
+    steps = _steps(200)
+    for step in steps[:100]:
+        replay.add_many(**step)
+    torch.cuda.synchronize()
+    for step in steps[100:]:
+        replay.add_many(**step)  # the host's write and one host-to-device copy of its frames
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            batch, draw = replay.sample(32)
+            td = (torch.as_tensor(batch.reward).double() - 0.1).abs()
+            replay.update_priorities(draw.indices, td, generations=batch.generation)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    replay.check_valid()
+
+
+def test_a_gpu_and_cpu_tensors_keep_the_same_priorities() -> None:
+    """The same adds and the same updates (fixed slots and values): the same raw priorities."""
+    gpu, cpu = _replay("cuda"), _replay("cpu")
+    rng = np.random.default_rng(1)
+    for t, step in enumerate(_steps(120)):
+        gpu.add_many(**step)
+        cpu.add_many(**step)
+        if t % 5 == 4:
+            slots = rng.choice(len(cpu), 16, replace=False)
+            values = rng.exponential(size=16)
+            for replay in (gpu, cpu):
+                device = replay.memory.device
+                replay.update_priorities(
+                    torch.from_numpy(slots).to(device),
+                    torch.from_numpy(values).to(device),
+                    generations=torch.from_numpy(replay.generations(slots)).to(device),
+                )
+    np.testing.assert_array_equal(gpu.sampler.priorities, cpu.sampler.priorities)
