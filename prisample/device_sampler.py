@@ -176,6 +176,11 @@ class DevicePrioritizedSampler:
             return self._tree.count.clone()
 
     @property
+    def nbytes(self) -> int:
+        """Bytes held on the device (the priority tree)."""
+        return self._tree.nbytes
+
+    @property
     def max_priority(self) -> torch.Tensor:
         """Largest raw priority of a non-empty slot, 1 while none is (0-d float64 on the device):
         new slots enter here (Algorithm 1, line 6)."""

@@ -121,6 +121,12 @@ class DevicePriorityTree:
         )
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of the tree's tensors (on its device)."""
+        arrays = {id(t): t for t in (*self.sums, *self.maxs, *self.mins, self._last)}
+        return sum(t.numel() * t.element_size() for t in arrays.values())
+
+    @property
     def levels(self) -> int:
         """Number of internal levels above the leaves (0 for ``capacity <= 8``)."""
         return len(self.sizes) - 1

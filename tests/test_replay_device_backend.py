@@ -74,6 +74,7 @@ def test_device_replay_keeps_the_host_replays_priorities(backend: str) -> None:
             )
         np.testing.assert_array_equal(device.sampler.priorities, host.sampler.priorities)
     device.check_valid()
+    assert device.nbytes > device.memory.nbytes  # the tree and the draw record counted
 
 
 def test_a_stale_update_is_dropped_on_the_device() -> None:

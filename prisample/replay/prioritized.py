@@ -70,6 +70,12 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
     priorities).  With a smaller ``frame_capacity`` the pool may run short, and then extra
     transitions leave in ring order (oldest position first), as under ``"fifo"``.
 
+    ``backend="device_proportional"`` or ``"device_uniform"`` (with ``device=``, ``n_step=1``,
+    ``eviction="fifo"``) keeps the priorities on the memory's device
+    (:class:`~prisample.device_sampler.DevicePrioritizedSampler`): :meth:`sample` draws and
+    gathers there and :meth:`update_priorities` of device tensors checks the generations there,
+    with no host synchronisation on the step.
+
     Thread-safe: every public method holds :attr:`lock` (the sampler's reentrant lock) for its
     whole effect — the memory write with the sampler's removals and additions, the draw with the
     gather and the draw record, the generation check with the priority update — so actor threads
@@ -206,6 +212,8 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
         """Bytes held by the memory, the sampler and the draw record."""
         with self.lock:
             extra = self._eviction.nbytes
+            if self.on_device:
+                extra += self._drawn_on_device.numel() * self._drawn_on_device.element_size()
             return self.memory.nbytes + self.sampler.nbytes + self._drawn.nbytes + extra
 
     def write(self, request: WriteRequest) -> Inserted:
@@ -352,6 +360,9 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
         returns it and ``draw`` the slots, importance weights and probabilities.  With a
         ``device`` the weights (``draw.weights`` and ``batch.weights``) are a float32 tensor there;
         indices and probabilities stay numpy on the host (``update_priorities`` takes them).
+
+        With the priorities on the device (``backend="device_*"``) ``draw`` is a
+        :class:`~prisample.device_sampler.DeviceDraw` of tensors there, and nothing is read back.
 
         Atomic under threads: no add lands between the draw and the gather, so every transition
         in the batch is the one drawn (on a device, the gather is queued before any later write).
