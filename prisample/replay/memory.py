@@ -13,7 +13,6 @@ evicted and which slots became drawable (:class:`~prisample.replay.writes.Insert
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from collections.abc import Mapping
@@ -457,17 +456,7 @@ class ReplayMemory(TransitionWrites, MemoryCheckpoint):
         self._columns.sync(head)
         columns: dict[str, Any] = dict(self._columns.gather(slots))
         obs, next_obs = self._store.take_on_device(slots, head)
-        extras = {name: columns[f"extra.{name}"] for name in self.extras}
-        batch = ReplayBatch(
-            obs,
-            columns["action"],
-            columns["reward"],
-            columns["discount"],
-            next_obs,
-            columns["generation"],
-            extras,
-        )
-        return batch if weights is None else dataclasses.replace(batch, weights=weights)
+        return self._batch(columns, obs, next_obs, weights)
 
     def live_generations_on_device(self, slots: torch.Tensor) -> torch.Tensor:
         """:meth:`live_generations` of slots given as an int64 tensor on the device, computed
@@ -501,6 +490,10 @@ class ReplayMemory(TransitionWrites, MemoryCheckpoint):
         if nstep is not None:
             columns["reward"], columns["discount"] = floats[0], floats[1]
         obs, next_obs = self._store.take(index, plan, self._head)
+        return self._batch(columns, obs, next_obs, batch_weights)
+
+    def _batch(self, columns: dict[str, Any], obs: Any, next_obs: Any, weights: Any) -> ReplayBatch:
+        """A read's batch from its gathered columns and observations."""
         extras = {name: columns[f"extra.{name}"] for name in self.extras}
         return ReplayBatch(
             obs,
@@ -510,7 +503,7 @@ class ReplayMemory(TransitionWrites, MemoryCheckpoint):
             next_obs,
             columns["generation"],
             extras,
-            weights=batch_weights,
+            weights=weights,
         )
 
     def _slots(self, slots: npt.ArrayLike, name: str = "slots") -> IntArray:
