@@ -133,9 +133,36 @@ def test_device_replay_checkpoints_round_trip() -> None:
     again.check_valid()
 
 
-@pytest.mark.parametrize(("kw", "word"), [({"n_step": 3}, "n_step"), ({"eviction": "priority"}, "eviction")])
-def test_a_device_backend_refuses_what_it_cannot_do(kw: dict[str, Any], word: str) -> None:
-    with pytest.raises(ValueError, match=word):
-        _replay("device_proportional", **kw)
+def test_a_device_backend_refuses_what_it_cannot_do() -> None:
+    with pytest.raises(ValueError, match="eviction"):
+        _replay("device_proportional", eviction="priority")
     with pytest.raises(ValueError, match="device="):
         PrioritizedReplay(4, (2,), backend="device_proportional")
+
+
+def test_n_step_device_replay_keeps_the_host_replays_priorities() -> None:
+    """Under n-step the windows enter the device sampler as they complete, at its maximum."""
+    host, device = _replay("proportional", n_step=3), _replay("device_proportional", n_step=3)
+    stream, rng = Stream(7), np.random.default_rng(8)
+    with pytest.raises(ValueError, match="none has completed"):
+        device.add_many(**stream.step())
+        device.sample(2)
+    host.add_many(**Stream(7).step())
+    for t in range(40):
+        step = stream.step()
+        host.add_many(**step)
+        device.add_many(**step)
+        if t % 4 == 3:
+            slots = np.flatnonzero(host.memory.drawable(np.arange(CAPACITY)))[:5]
+            values = rng.exponential(size=slots.shape[0])
+            host.update_priorities(slots, values, generations=host.generations(slots))
+            device.update_priorities(
+                torch.from_numpy(slots),
+                torch.from_numpy(values),
+                generations=torch.from_numpy(device.generations(slots)),
+            )
+        np.testing.assert_array_equal(device.sampler.priorities, host.sampler.priorities)
+    batch, draw = device.sample(8)
+    expected = host.memory.get(torch.as_tensor(draw.indices).numpy())
+    np.testing.assert_array_equal(torch.as_tensor(batch.reward).numpy(), expected["reward"])
+    device.check_valid()

@@ -14,16 +14,29 @@ from prisample.replay import ReplayMemory
 from tests.host_sync import HostSyncError, no_host_sync
 
 
-def _filled(stack: int, dict_obs: bool) -> ReplayMemory:
+def _filled(stack: int, dict_obs: bool, n_step: int = 1) -> ReplayMemory:
     rng = np.random.default_rng(stack)
     extras = {"lp": ((), np.float32)}
     if dict_obs:
         memory = ReplayMemory(
-            16, {"x": (3,), "y": (2,)}, obs_dtype=np.float32, num_streams=2, extras=extras, device="cpu"
+            16,
+            {"x": (3,), "y": (2,)},
+            obs_dtype=np.float32,
+            num_streams=2,
+            extras=extras,
+            device="cpu",
+            n_step=n_step,
         )
     else:
         memory = ReplayMemory(
-            16, (3, 3), obs_dtype=np.uint8, frame_stack=stack, num_streams=2, extras=extras, device="cpu"
+            16,
+            (3, 3),
+            obs_dtype=np.uint8,
+            frame_stack=stack,
+            num_streams=2,
+            extras=extras,
+            device="cpu",
+            n_step=n_step,
         )
     last: dict[int, Any] = {}
     obs: Any
@@ -98,10 +111,38 @@ def test_no_host_sync_catches_a_read_of_a_value() -> None:
         torch.arange(3).sum().item()
 
 
-def test_read_on_device_refuses_a_host_memory_and_n_step() -> None:
+def test_read_on_device_refuses_a_host_memory() -> None:
     host = ReplayMemory(4, (2,), obs_dtype=np.float32)
     with pytest.raises(ValueError, match="read_on_device needs a device"):
         host.read_on_device(torch.zeros(1, dtype=torch.int64))
-    windows = ReplayMemory(4, (2,), obs_dtype=np.float32, n_step=3, device="cpu")
-    with pytest.raises(ValueError, match="n_step=1"):
-        windows.read_on_device(torch.zeros(1, dtype=torch.int64))
+
+
+@pytest.mark.parametrize(("stack", "dict_obs"), [(1, False), (4, False), (1, True)])
+def test_n_step_windows_read_on_device_equal_the_host_read(stack: int, dict_obs: bool) -> None:
+    """The windows' return, discount and ``next_obs`` at the last slot, sent as they complete."""
+    memory = _filled(stack, dict_obs, n_step=3)
+    slots = np.flatnonzero(memory.drawable(np.arange(16)))
+    assert slots.shape[0] > 4
+    expected = memory.get(slots)
+    with no_host_sync():
+        got = memory.read_on_device(torch.from_numpy(slots))
+    for field in ("obs", "next_obs", "reward", "discount", "generation"):
+        a, b = _host(expected[field]), _host(got[field])
+        if isinstance(a, dict):
+            for key in a:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=f"{field}[{key}]")
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=field)
+
+
+def test_n_step_windows_reach_the_device_after_a_load() -> None:
+    memory = _filled(4, False, n_step=3)
+    fresh = ReplayMemory(
+        16, (3, 3), obs_dtype=np.uint8, frame_stack=4, num_streams=2, n_step=3, device="cpu",
+        extras={"lp": ((), np.float32)},
+    )  # fmt: skip
+    fresh.load_state_dict(memory.state_dict())
+    slots = np.flatnonzero(fresh.drawable(np.arange(16)))
+    got, expected = fresh.read_on_device(torch.from_numpy(slots)), fresh.get(slots)
+    np.testing.assert_array_equal(_host(got["reward"]), _host(expected["reward"]))
+    np.testing.assert_array_equal(_host(got["next_obs"]), _host(expected["next_obs"]))

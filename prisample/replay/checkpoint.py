@@ -129,6 +129,10 @@ class MemoryCheckpoint:
     def _invalidate_columns(self) -> None:
         raise NotImplementedError
 
+    def _committed(self) -> None:
+        """Bring what mirrors the state elsewhere (the n-step windows on a device) up to date."""
+        raise NotImplementedError
+
     # The ring's state arrays, each the attribute ``_<name>``, after the store's row tables
     # (``obs_rows``, ``next_rows``); then the extras (``extra.<name>``) and the store's arrays
     # (the frame pool's, or ``obs.<key>``, ``next_obs.<key>``, ``stream_next_obs.<key>``,
@@ -229,6 +233,7 @@ class MemoryCheckpoint:
             self.vector_converter, self._vector_configured = None, None
         else:
             self.vector_converter, self._vector_configured = checked.vector
+        self._committed()
 
     def _upgraded(self, state: dict[str, Any]) -> dict[str, Any]:
         """A version 1 state (array observations, no n-step, no extras) in version 2's form."""

@@ -172,6 +172,12 @@ class ReplayMemory(TransitionWrites, MemoryCheckpoint):
         self._tail = 0  # transitions numbered [tail, head) are live
         self._head = 0
         self._nstep = NStepAccumulator(self.n_step, self.num_streams, c) if self.n_step > 1 else None
+        self._windows: Columns | None = None
+        if self._nstep is not None and self.device is not None:
+            # the completed windows' results, mirrored for reads on the device: written when a
+            # window completes (out of ring order), so sent at once rather than synced in order
+            windows = {"reward": ((), np.dtype(np.float32)), "discount": ((), np.dtype(np.float32))}
+            self._windows = Columns(c, {**windows, "last": ((), np.dtype(np.int64))}, self.device)
         self.vector_converter: VectorStepConverter | None = None
         """The converter of :meth:`add_vector_step` (made at its first call)."""
         self._vector_configured: Any = None
@@ -210,6 +216,9 @@ class ReplayMemory(TransitionWrites, MemoryCheckpoint):
     # -- observation storage ---------------------------------------------------------------------
     def _invalidate_columns(self) -> None:
         self._columns.invalidate()
+
+    def _committed(self) -> None:
+        self._resend_all_windows()
 
     def _ring_nbytes(self) -> int:
         """Bytes of the ring's per-slot arrays (frame rows, columns): what a new store adds to."""
@@ -359,6 +368,7 @@ class ReplayMemory(TransitionWrites, MemoryCheckpoint):
             ready = slots if total == 0 else slots[self._generation[slots] >= self._tail]
         else:
             ready = self._nstep.push_write(written, gone, tail0, head0, rows.reward, rows.discount, ends, ids)
+            self._send_windows(ready)
         for i in breaks:
             warnings.warn(
                 f"obs does not continue the last transition of stream {ids[i]} and was stored "
@@ -441,21 +451,40 @@ class ReplayMemory(TransitionWrites, MemoryCheckpoint):
         device)."""
         return self._gather(slots, weights), self._generation[slots]
 
+    def _send_windows(self, slots: IntArray) -> None:
+        """The results of windows that just completed, to their device mirror."""
+        windows, nstep = self._windows, self._nstep
+        if windows is None or nstep is None or slots.shape[0] == 0:
+            return
+        windows.write_rows(slots, {"reward": nstep.reward[slots], "discount": nstep.discount[slots]})
+        windows.write_rows(slots, {"last": nstep.last[slots]})
+        windows.resend(slots)
+
+    def _resend_all_windows(self) -> None:
+        """Every slot's window results to the device (after a load replaced them)."""
+        if self._windows is not None:
+            self._send_windows(np.arange(self.capacity, dtype=np.int64))
+
     def read_on_device(self, slots: torch.Tensor, weights: torch.Tensor | None = None) -> ReplayBatch:
         """:meth:`get` for slots drawn on the memory's device (an int64 tensor there, each
         :meth:`drawable`: not checked), with no host synchronisation: the columns, the store's
-        row tables and the frames are gathered from their device mirrors (the rows added since
-        the last read go over first, host to device).  ``n_step = 1`` only: the n-step windows
-        live on the host."""
-        if self.device is None or self._nstep is not None:
-            raise ValueError(
-                f"read_on_device needs a device and n_step=1, "
-                f"but got device={self.device}, n_step={self.n_step}"
-            )
+        row tables, the frames and under n-step the windows' results (return, discount, last
+        slot: sent to the device as each window completes) are gathered from their device
+        mirrors (the rows added since the last read go over first, host to device)."""
+        if self.device is None:
+            raise ValueError(f"read_on_device needs a device, but got device={self.device}")
         head = self._head
         self._columns.sync(head)
         columns: dict[str, Any] = dict(self._columns.gather(slots))
-        obs, next_obs = self._store.take_on_device(slots, head)
+        last = slots
+        if self._windows is not None:  # n-step: the window's return, discount and last slot
+            window = self._windows.gather(slots)
+            columns["reward"], columns["discount"], last = (
+                window["reward"],
+                window["discount"],
+                window["last"],
+            )
+        obs, next_obs = self._store.take_on_device(slots, last, head)
         return self._batch(columns, obs, next_obs, weights)
 
     def live_generations_on_device(self, slots: torch.Tensor) -> torch.Tensor:

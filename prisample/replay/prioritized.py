@@ -70,7 +70,7 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
     priorities).  With a smaller ``frame_capacity`` the pool may run short, and then extra
     transitions leave in ring order (oldest position first), as under ``"fifo"``.
 
-    ``backend="device_proportional"`` or ``"device_uniform"`` (with ``device=``, ``n_step=1``,
+    ``backend="device_proportional"`` or ``"device_uniform"`` (with ``device=`` and
     ``eviction="fifo"``) keeps the priorities on the memory's device
     (:class:`~prisample.device_sampler.DevicePrioritizedSampler`): :meth:`sample` draws and
     gathers there and :meth:`update_priorities` of device tensors checks the generations there,
@@ -140,7 +140,7 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
         sampler_class: Any = PrioritizedSampler
         sampler_options: dict[str, Any] = {}
         if self.on_device:
-            _check_on_device(backend, device, n_step, self.eviction)
+            _check_on_device(backend, device, self.eviction)
             backend = backend[len(_DEVICE_PREFIX) :]
             sampler_class, sampler_options = DevicePrioritizedSampler, {"device": as_device(device)}
         self.sampler: PrioritizedSampler = sampler_class(
@@ -170,6 +170,9 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
         self._drawn = np.full(self.memory.capacity, -1, dtype=np.int64)  # generation at last draw
         self._dropped = 0
         self._device_sampler: DevicePrioritizedSampler | None = None
+        # whether a window ever completed (one-step: every add): what the host knows of the
+        # device sampler being non-empty, without asking it
+        self._drawable_seen = n_step == 1
         if self.on_device:  # the draw record and the dropped count stay where the draws are
             # the same object as ``sampler``, which answers every call the host path makes of it
             self._device_sampler = cast(DevicePrioritizedSampler, self.sampler)
@@ -282,6 +285,13 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
         """
         self._eviction.moved(self.sampler, swaps)
         if self.memory.n_step > 1:
+            if self._device_sampler is not None:  # trusted: the memory's own slots
+                self._drawable_seen |= done.completed.shape[0] > 0
+                if done.evicted.shape[0]:
+                    self._device_sampler.remove(done.evicted, checked=False)
+                if done.completed.shape[0]:
+                    self._device_sampler.add(done.completed, checked=False)
+                return
             if done.evicted.shape[0]:
                 self.sampler.remove(done.evicted)
             if done.completed.shape[0]:
@@ -396,8 +406,11 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
         sampler = self._device_sampler
         assert sampler is not None
         with self.lock:
-            if len(self.memory) == 0:  # the host's count: asking the device would wait for it
-                raise ValueError("no transition can be drawn yet: the memory is empty")
+            if len(self.memory) == 0 or not self._drawable_seen:  # the host's knowledge: no wait
+                raise ValueError(
+                    f"no transition can be drawn yet: the memory holds {len(self.memory)} and with "
+                    f"n_step={self.memory.n_step} none has completed its window"
+                )
             draw = sampler.sample(k)
             batch = self.memory.read_on_device(draw.indices, draw.weights)
             self._drawn_on_device[draw.indices] = cast(torch.Tensor, batch.generation)
@@ -519,13 +532,12 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
 _DEVICE_PREFIX = "device_"
 
 
-def _check_on_device(backend: str, device: Any, n_step: int, eviction: str) -> None:
-    """A device backend's requirements: a device, one-step transitions, FIFO eviction."""
-    if device is None or n_step != 1 or eviction != "fifo":
+def _check_on_device(backend: str, device: Any, eviction: str) -> None:
+    """A device backend's requirements: a device and FIFO eviction."""
+    if device is None or eviction != "fifo":
         raise ValueError(
-            f"backend={backend!r} keeps the priorities on the memory's device and needs device= set, "
-            f"n_step=1 and eviction='fifo', but got device={device!r}, n_step={n_step!r}, "
-            f"eviction={eviction!r}"
+            f"backend={backend!r} keeps the priorities on the memory's device and needs device= set "
+            f"and eviction='fifo', but got device={device!r}, eviction={eviction!r}"
         )
 
 

@@ -42,6 +42,7 @@ class ReplayCheckpoint:
     eviction: str
     dropped_updates: int
     _drawn: IntArray
+    _drawable_seen: bool
     _eviction: Eviction
 
     @property
@@ -175,6 +176,7 @@ class ReplayCheckpoint:
         if memory is not None:
             self.memory.commit_state(memory)
         self._set_draw_record(drawn)
+        self._drawable_seen = self._drawable_seen or bool(live.any())
         self.dropped_updates = counts["dropped_updates"]
         self._eviction.load(self.sampler.priorities, slot_numbers)
 

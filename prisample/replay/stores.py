@@ -204,10 +204,11 @@ class ObservationStore:
         tensors on the device; ``head``: the adds so far, for device mirrors)."""
         raise NotImplementedError
 
-    def take_on_device(self, slots: torch.Tensor, head: int) -> tuple[Any, Any]:
-        """``(obs, next_obs)`` of ``slots`` (an int64 tensor on the device, one-step
-        transitions), gathered there with no host work on the slots: everything the gather
-        needs is mirrored on the device (``head``: the adds so far, brought over first)."""
+    def take_on_device(self, slots: torch.Tensor, last: torch.Tensor, head: int) -> tuple[Any, Any]:
+        """``(obs, next_obs)``: ``obs`` of ``slots`` and ``next_obs`` of ``last`` (the windows'
+        last slots; ``slots`` for one-step transitions), int64 tensors on the device, gathered
+        there with no host work on them: everything the gather needs is mirrored on the device
+        (``head``: the adds so far, brought over first)."""
         raise NotImplementedError
 
     def swap(self, both: IntArray, back: IntArray) -> None:
@@ -419,15 +420,16 @@ class FrameStore(ObservationStore):
             return both[:, 0, 0], both[:, 1, 0]
         return both[:, 0], both[:, 1]
 
-    def take_on_device(self, slots: torch.Tensor, head: int) -> tuple[Any, Any]:
+    def take_on_device(self, slots: torch.Tensor, last: torch.Tensor, head: int) -> tuple[Any, Any]:
         """Both stacks of every slot: ``2·frame_stack`` frames each, since whether ``next_obs``
         shares frames with ``obs`` is a fact of the data that only a synchronisation could act on."""
         pool = self.pool
         assert pool is not None and isinstance(pool.storage, TorchFrames)
         self._tables.sync(head)
         pool.flush()
-        tables = self._tables.gather(slots)
-        rows = torch.cat((tables["obs_rows"], tables["next_rows"]), dim=1).to(torch.int64)
+        obs_rows = self._tables.gather(slots)["obs_rows"]
+        next_rows = self._tables.gather(last)["next_rows"]
+        rows = torch.cat((obs_rows, next_rows), dim=1).to(torch.int64)
         k, stack = slots.shape[0], self.frame_stack
         both = pool.storage.as_frames(pool.storage.gather_bytes(rows.reshape(-1)), (k, 2, stack))
         if stack == 1:
@@ -562,8 +564,8 @@ class DictStore(ObservationStore):
             k: next_cols[f"next_obs.{k}"] for k in self.keys
         }
 
-    def take_on_device(self, slots: torch.Tensor, head: int) -> tuple[Any, Any]:
-        return self.take([slots, slots], None, head)
+    def take_on_device(self, slots: torch.Tensor, last: torch.Tensor, head: int) -> tuple[Any, Any]:
+        return self.take([slots, last], None, head)
 
     def swap(self, both: IntArray, back: IntArray) -> None:
         for name, column in self.columns.items():

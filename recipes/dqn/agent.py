@@ -66,10 +66,10 @@ def make_replay(cfg: DDQNConfig, spec: EnvSpec, device: torch.device, num_stream
     normalisation and ε of ``p = |δ| + ε`` otherwise.  Frames are stored once (``frame_stack``),
     one stream per environment, n-step returns when ``cfg.n_step > 1``, the frames on the GPU with
     ``replay_on_device``, and the priorities too with ``priorities_on_device`` (proportional and
-    uniform, one-step)."""
+    uniform)."""
     on_gpu = cfg.replay_on_device and device.type == "cuda"
     backend: str = cfg.replay
-    if on_gpu and cfg.priorities_on_device and cfg.replay in ("proportional", "uniform") and cfg.n_step == 1:
+    if on_gpu and cfg.priorities_on_device and cfg.replay in ("proportional", "uniform"):
         backend = f"device_{cfg.replay}"
     return PrioritizedReplay(
         cfg.memory_size,
