@@ -220,8 +220,9 @@ class DDQNConfig:
     gathered on the GPU (prisample's ``device=`` path) instead of copied from the host."""
     priorities_on_device: bool = False
     """With ``replay_on_device`` on a CUDA device, keep the priorities there too (prisample's
-    ``device_proportional``/``device_uniform`` backends; ``rank`` stays on the host): the draw, the gather and the priority write run on the GPU without waiting
-    for the host, and ``|δ|`` is written without a copy back."""
+    ``device_proportional``/``device_uniform`` backends; ``rank`` stays on the host): the draw,
+    the gather and the priority write run on the GPU without waiting for the host, and ``|δ|`` is
+    written without a copy back."""
     diagnostics: bool = False
     """Record the paper's replay diagnostics (prisample.diagnostics): replay counts M_i, the sorted
     |δ| of the memory at each metrics row (Fig. 10), P(i) against |δ| (Fig. 11) and the weights;
