@@ -104,6 +104,19 @@ def test_a_fresh_update_lands_and_the_draw_record_is_the_default() -> None:
     np.testing.assert_array_equal(replay.sampler.priorities[torch.as_tensor(draw.indices).numpy()], 7.0)
 
 
+def test_host_indices_update_a_device_replay_against_its_draw_record() -> None:
+    """The host path (numpy indices, checked, one synchronisation) reads the device's record."""
+    replay = _replay("device_proportional")
+    stream = Stream(9)
+    for _ in range(6):
+        replay.add_many(**stream.step())
+    _, draw = replay.sample(4)
+    slots = torch.as_tensor(draw.indices).numpy()
+    replay.update_priorities(slots, np.full(4, 5.0))
+    assert replay.dropped_updates == 0
+    np.testing.assert_array_equal(replay.sampler.priorities[slots], 5.0)
+
+
 def test_the_replay_step_makes_no_host_synchronisation() -> None:
     replay = _replay("device_proportional")
     stream = Stream(5)

@@ -176,7 +176,8 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
         if self.on_device:  # the draw record and the dropped count stay where the draws are
             # the same object as ``sampler``, which answers every call the host path makes of it
             self._device_sampler = cast(DevicePrioritizedSampler, self.sampler)
-            self._drawn_on_device = torch.from_numpy(self._drawn).to(self.memory.device)
+            # a copy (on CPU tensors ``to`` would share the host array, unlike on a GPU)
+            self._drawn_on_device = torch.from_numpy(self._drawn).to(self.memory.device, copy=True)
             self._dropped_on_device = torch.zeros((), dtype=torch.int64, device=self.memory.device)
         self._eviction = make_eviction(self.eviction, self.memory.capacity)
 
@@ -462,7 +463,9 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
                     )
             current = self._eviction.generations(idx, current)
             check_finite_priorities(values)
-            if expected is None:
+            if expected is None and self.on_device:  # the record is where the draws were made
+                expected = self._drawn_on_device[torch.from_numpy(idx).to(self.memory.device)].cpu().numpy()
+            elif expected is None:
                 expected = self._drawn[idx]
             elif expected.shape != idx.shape:
                 raise ValueError(
