@@ -35,6 +35,10 @@ One job per module:
     :class:`Prefetcher`: the next batches drawn and gathered in a background thread.
 ``device``
     The device side: frames and columns mirrored on a torch device, reads sent in one copy.
+``device_reads``
+    Reads of slots drawn on the device, from the mirrors, with no host synchronisation.
+``device_steps``
+    The steps of a prioritized replay whose priorities live on the device.
 ``nstep``
     :class:`~prisample.replay.nstep.NStepAccumulator`: the n-step windows of a memory's slots,
     completed as transitions arrive.

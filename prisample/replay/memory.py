@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import torch
 
 from prisample._validation import as_indices, check_positive_int, to_numpy
 from prisample.replay._checks import (
@@ -32,6 +31,7 @@ from prisample.replay._checks import (
 from prisample.replay.batch import ReplayBatch
 from prisample.replay.checkpoint import STATE_VERSION, CheckedState, MemoryCheckpoint
 from prisample.replay.device import Columns, DeviceReader, as_device
+from prisample.replay.device_reads import DeviceReads
 from prisample.replay.frames import FramePool, reserve_rows
 from prisample.replay.nstep import NStepAccumulator
 from prisample.replay.spec import DTypes, Transitions, TransitionSpec
@@ -45,7 +45,7 @@ __all__ = ["STATE_VERSION", "CheckedState", "DTypes", "Inserted", "ReplayMemory"
 IntArray = npt.NDArray[np.int64]
 
 
-class ReplayMemory(TransitionWrites, MemoryCheckpoint):
+class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
     """The last ``capacity`` transitions ``(s_t, a_t, r_t, γ_t, s_{t+1})`` with frames stored once.
 
     ``obs`` and ``next_obs`` passed to :meth:`add` have shape ``(frame_stack, *obs_shape)`` when
@@ -450,49 +450,6 @@ class ReplayMemory(TransitionWrites, MemoryCheckpoint):
         with the slots' generations on the host (what ``batch.generation`` holds, a tensor on a
         device)."""
         return self._gather(slots, weights), self._generation[slots]
-
-    def _send_windows(self, slots: IntArray) -> None:
-        """The results of windows that just completed, to their device mirror."""
-        windows, nstep = self._windows, self._nstep
-        if windows is None or nstep is None or slots.shape[0] == 0:
-            return
-        windows.write_rows(slots, {"reward": nstep.reward[slots], "discount": nstep.discount[slots]})
-        windows.write_rows(slots, {"last": nstep.last[slots]})
-        windows.resend(slots)
-
-    def _resend_all_windows(self) -> None:
-        """Every slot's window results to the device (after a load replaced them)."""
-        if self._windows is not None:
-            self._send_windows(np.arange(self.capacity, dtype=np.int64))
-
-    def read_on_device(self, slots: torch.Tensor, weights: torch.Tensor | None = None) -> ReplayBatch:
-        """:meth:`get` for slots drawn on the memory's device (an int64 tensor there, each
-        :meth:`drawable`: not checked), with no host synchronisation: the columns, the store's
-        row tables, the frames and under n-step the windows' results (return, discount, last
-        slot: sent to the device as each window completes) are gathered from their device
-        mirrors (the rows added since the last read go over first, host to device)."""
-        if self.device is None:
-            raise ValueError(f"read_on_device needs a device, but got device={self.device}")
-        head = self._head
-        self._columns.sync(head)
-        columns: dict[str, Any] = dict(self._columns.gather(slots))
-        last = slots
-        if self._windows is not None:  # n-step: the window's return, discount and last slot
-            window = self._windows.gather(slots)
-            columns["reward"], columns["discount"], last = (
-                window["reward"],
-                window["discount"],
-                window["last"],
-            )
-        obs, next_obs = self._store.take_on_device(slots, last, head)
-        return self._batch(columns, obs, next_obs, weights)
-
-    def live_generations_on_device(self, slots: torch.Tensor) -> torch.Tensor:
-        """:meth:`live_generations` of slots given as an int64 tensor on the device, computed
-        there (``-1`` where a slot holds no live transition), with no host synchronisation."""
-        self._columns.sync(self._head)
-        generation = self._columns.gather(slots)["generation"]
-        return torch.where(generation >= self._tail, generation, torch.full_like(generation, -1))
 
     def _gather(self, idx: IntArray, weights: npt.NDArray[np.float32] | None = None) -> ReplayBatch:
         """Read on the host (numpy), or on the device: the host computes what the store gathers

@@ -22,6 +22,7 @@ from prisample._validation import (
 from prisample.device_sampler import DevicePrioritizedSampler
 from prisample.replay.batch import ReplayBatch
 from prisample.replay.device import as_device
+from prisample.replay.device_steps import DEVICE_PREFIX, DeviceSteps, check_on_device
 from prisample.replay.eviction import Swaps, check_eviction, events, make_eviction
 from prisample.replay.frames import reserve_rows
 from prisample.replay.memory import Inserted, ReplayMemory
@@ -37,7 +38,7 @@ __all__ = ["REPLAY_STATE_VERSION", "PrioritizedReplay"]
 IntArray = npt.NDArray[np.int64]
 
 
-class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
+class PrioritizedReplay(TransitionWrites, DeviceSteps, ReplayCheckpoint):
     """A :class:`ReplayMemory` and a :class:`~prisample.PrioritizedSampler` over its slots.
 
     Implements the replay side of Schaul et al. (2016), Algorithm 1: a new transition enters at
@@ -134,14 +135,14 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
             frame_capacity = (stack + 1) * check_positive_int(capacity, "capacity") + reserve_rows(
                 stack, check_positive_int(num_streams, "num_streams")
             )
-        self.on_device = isinstance(backend, str) and backend.startswith(_DEVICE_PREFIX)
+        self.on_device = isinstance(backend, str) and backend.startswith(DEVICE_PREFIX)
         """The priorities live on the memory's device (``backend="device_proportional"`` or
         ``"device_uniform"``): draws, gathers and priority updates run there without the host."""
         sampler_class: Any = PrioritizedSampler
         sampler_options: dict[str, Any] = {}
         if self.on_device:
-            _check_on_device(backend, device, self.eviction)
-            backend = backend[len(_DEVICE_PREFIX) :]
+            check_on_device(backend, device, self.eviction)
+            backend = backend[len(DEVICE_PREFIX) :]
             sampler_class, sampler_options = DevicePrioritizedSampler, {"device": as_device(device)}
         self.sampler: PrioritizedSampler = sampler_class(
             check_positive_int(capacity, "capacity"),
@@ -180,22 +181,6 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
             self._drawn_on_device = torch.from_numpy(self._drawn).to(self.memory.device, copy=True)
             self._dropped_on_device = torch.zeros((), dtype=torch.int64, device=self.memory.device)
         self._eviction = make_eviction(self.eviction, self.memory.capacity)
-
-    @property
-    def dropped_updates(self) -> int:
-        """Priority updates dropped as stale (their slot rewritten or evicted since the draw);
-        with the priorities on the device, reading it waits for the device."""
-        with self.lock:
-            if self.on_device:
-                return self._dropped + int(self._dropped_on_device.item())
-            return self._dropped
-
-    @dropped_updates.setter
-    def dropped_updates(self, value: int) -> None:
-        with self.lock:
-            self._dropped = value
-            if self.on_device:
-                self._dropped_on_device.zero_()
 
     @property
     def lock(self) -> threading.RLock:
@@ -286,12 +271,8 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
         """
         self._eviction.moved(self.sampler, swaps)
         if self.memory.n_step > 1:
-            if self._device_sampler is not None:  # trusted: the memory's own slots
-                self._drawable_seen |= done.completed.shape[0] > 0
-                if done.evicted.shape[0]:
-                    self._device_sampler.remove(done.evicted, checked=False)
-                if done.completed.shape[0]:
-                    self._device_sampler.add(done.completed, checked=False)
+            if self.on_device:
+                self._admit_windows_on_device(done)
                 return
             if done.evicted.shape[0]:
                 self.sampler.remove(done.evicted)
@@ -327,31 +308,6 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
         priorities = np.full(n, self.sampler.max_priority)
         self.sampler.write(*events(done, priorities, first))
         return priorities
-
-    def _enter_on_device(self, done: Inserted, head: int) -> None:
-        """:meth:`_enter` with the priorities on the device: the same two ordered writes, the
-        maximum read there (never on the host), the slots and marks sent over with the write."""
-        sampler = self._device_sampler
-        assert sampler is not None
-        slots, evicted, until = done.slots, done.evicted, done.evicted_until
-        n = slots.shape[0]
-        if n == 0:
-            return
-        if self.memory.num_evicted > head:  # a row of this write left again: row by row
-            start = 0
-            for i in range(n):
-                if until[i] > start:
-                    sampler.remove(evicted[start : until[i]], checked=False)
-                    start = int(until[i])
-                sampler.add(slots[i : i + 1], checked=False)
-            return
-        first = int(until[0])
-        if first:
-            sampler.remove(evicted[:first], checked=False)
-        order, marks = events(done, np.zeros(n), first)  # NaN marks the evictions
-        marks_on_device = torch.from_numpy(marks).to(self.memory.device)
-        values = torch.where(torch.isnan(marks_on_device), marks_on_device, sampler.max_priority)
-        sampler.write(order, values, checked=False)
 
     def _enter_rows(self, done: Inserted) -> npt.NDArray[np.float64]:
         """:meth:`_enter` row by row (a write that evicted its own rows)."""
@@ -398,23 +354,6 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
             self._drawn[draw.indices] = generation
         if self.memory.device is not None:  # the weights as the learner needs them: on its device
             draw = dataclasses.replace(draw, weights=cast(Any, batch.weights))
-        return batch, draw
-
-    def _sample_on_device(self, k: int) -> tuple[ReplayBatch, Any]:
-        """:meth:`sample` with the priorities on the device: the draw, the gather and the draw
-        record stay there (no host synchronisation); ``draw`` is a
-        :class:`~prisample.device_sampler.DeviceDraw` of tensors."""
-        sampler = self._device_sampler
-        assert sampler is not None
-        with self.lock:
-            if len(self.memory) == 0 or not self._drawable_seen:  # the host's knowledge: no wait
-                raise ValueError(
-                    f"no transition can be drawn yet: the memory holds {len(self.memory)} and with "
-                    f"n_step={self.memory.n_step} none has completed its window"
-                )
-            draw = sampler.sample(k)
-            batch = self.memory.read_on_device(draw.indices, draw.weights)
-            self._drawn_on_device[draw.indices] = cast(torch.Tensor, batch.generation)
         return batch, draw
 
     def prefetch(self, k: int, *, depth: int = 1, total: int | None = None) -> Prefetcher:
@@ -480,38 +419,6 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
                 self.sampler.update_priorities(idx, values)
                 self._eviction.updated(idx, values)
 
-    def _draw_record(self) -> IntArray:
-        if self.on_device:
-            return self._drawn_on_device.cpu().numpy().copy()
-        return self._drawn.copy()
-
-    def _set_draw_record(self, drawn: IntArray) -> None:
-        self._drawn[:] = drawn
-        if self.on_device:
-            self._drawn_on_device.copy_(torch.from_numpy(self._drawn))
-
-    def _update_on_device(self, indices: torch.Tensor, priorities: Any, generations: Any) -> None:
-        """:meth:`update_priorities` of indices on the device (a draw's): the generations checked
-        there, a stale entry rewriting its slot's current priority (so that no shape depends on
-        the data), the dropped count kept there; no host synchronisation.  The indices are trusted
-        to be a draw's (in range, filled when drawn)."""
-        sampler = self._device_sampler
-        assert sampler is not None
-        device = self.memory.device
-        idx = indices.to(torch.int64).reshape(-1)
-        values = torch.as_tensor(priorities, dtype=torch.float64, device=device).reshape(-1)
-        with self.lock:
-            current = self.memory.live_generations_on_device(idx)
-            expected = (
-                self._drawn_on_device[idx]
-                if generations is None
-                else torch.as_tensor(generations, dtype=torch.int64, device=device).reshape(-1)
-            )
-            keep = (current == expected) & (current >= 0)
-            self._dropped_on_device += (~keep).sum()
-            values = torch.where(keep, values, sampler.tree.raw[idx])
-            sampler.update_priorities(idx, values, checked=False)
-
     def generations(self, slots: npt.ArrayLike) -> IntArray:
         """Number of the transition each slot holds, as ``batch.generation`` gives it (``-1``:
         none).  Under ``eviction="priority"`` a transition keeps its number when it moves to
@@ -530,18 +437,6 @@ class PrioritizedReplay(TransitionWrites, ReplayCheckpoint):
             if not np.array_equal(filled, self.memory.drawable(np.arange(self.capacity))):
                 raise ValueError("sampler should be filled exactly in the memory's drawable slots")
             self._eviction.check(self.sampler.priorities)
-
-
-_DEVICE_PREFIX = "device_"
-
-
-def _check_on_device(backend: str, device: Any, eviction: str) -> None:
-    """A device backend's requirements: a device and FIFO eviction."""
-    if device is None or eviction != "fifo":
-        raise ValueError(
-            f"backend={backend!r} keeps the priorities on the memory's device and needs device= set "
-            f"and eviction='fifo', but got device={device!r}, eviction={eviction!r}"
-        )
 
 
 class _Write:

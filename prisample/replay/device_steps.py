@@ -1,0 +1,158 @@
+"""The steps of a prioritized replay whose priorities live on the device (issue 24).
+
+:class:`DeviceSteps` gives :class:`~prisample.replay.PrioritizedReplay` with
+``backend="device_proportional"`` or ``"device_uniform"`` its device side: new transitions
+entering at the device's maximum, draws gathered from the device mirrors, priority updates whose
+generations are checked there, and the draw record and the dropped count kept there, all without
+reading a value back to the host (Schaul et al. 2016, Algorithm 1, lines 6 and 8-12).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, cast
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from prisample.device_sampler import DevicePrioritizedSampler
+from prisample.replay.batch import ReplayBatch
+from prisample.replay.eviction import events
+from prisample.replay.memory import Inserted, ReplayMemory
+
+__all__ = ["DEVICE_PREFIX", "DeviceSteps", "check_on_device"]
+
+IntArray = npt.NDArray[np.int64]
+
+DEVICE_PREFIX = "device_"
+"""The prefix of the device backends' names (``device_proportional``, ``device_uniform``)."""
+
+
+def check_on_device(backend: str, device: Any, eviction: str) -> None:
+    """A device backend's requirements: a device and FIFO eviction."""
+    if device is None or eviction != "fifo":
+        raise ValueError(
+            f"backend={backend!r} keeps the priorities on the memory's device and needs device= set "
+            f"and eviction='fifo', but got device={device!r}, eviction={eviction!r}"
+        )
+
+
+class DeviceSteps:
+    """The device side of a prioritized replay (mixed into
+    :class:`~prisample.replay.PrioritizedReplay`, whose memory, device sampler and records it
+    uses)."""
+
+    memory: ReplayMemory
+    on_device: bool
+    _device_sampler: DevicePrioritizedSampler | None
+    _drawn: IntArray
+    _drawn_on_device: torch.Tensor
+    _dropped: int
+    _dropped_on_device: torch.Tensor
+    _drawable_seen: bool
+
+    @property
+    def lock(self) -> threading.RLock:
+        raise NotImplementedError
+
+    @property
+    def dropped_updates(self) -> int:
+        """Priority updates dropped as stale (their slot rewritten or evicted since the draw);
+        with the priorities on the device, reading it waits for the device."""
+        with self.lock:
+            if self.on_device:
+                return self._dropped + int(self._dropped_on_device.item())
+            return self._dropped
+
+    @dropped_updates.setter
+    def dropped_updates(self, value: int) -> None:
+        with self.lock:
+            self._dropped = value
+            if self.on_device:
+                self._dropped_on_device.zero_()
+
+    def _enter_on_device(self, done: Inserted, head: int) -> None:
+        """``_enter`` with the priorities on the device: the same two ordered writes, the
+        maximum read there (never on the host), the slots and marks sent over with the write."""
+        sampler = self._device_sampler
+        assert sampler is not None
+        slots, evicted, until = done.slots, done.evicted, done.evicted_until
+        n = slots.shape[0]
+        if n == 0:
+            return
+        if self.memory.num_evicted > head:  # a row of this write left again: row by row
+            start = 0
+            for i in range(n):
+                if until[i] > start:
+                    sampler.remove(evicted[start : until[i]], checked=False)
+                    start = int(until[i])
+                sampler.add(slots[i : i + 1], checked=False)
+            return
+        first = int(until[0])
+        if first:
+            sampler.remove(evicted[:first], checked=False)
+        order, marks = events(done, np.zeros(n), first)  # NaN marks the evictions
+        marks_on_device = torch.from_numpy(marks).to(self.memory.device)
+        values = torch.where(torch.isnan(marks_on_device), marks_on_device, sampler.max_priority)
+        sampler.write(order, values, checked=False)
+
+    def _sample_on_device(self, k: int) -> tuple[ReplayBatch, Any]:
+        """:meth:`~prisample.replay.PrioritizedReplay.sample` with the priorities on the device:
+        the draw, the gather and the draw record stay there (no host synchronisation); ``draw`` is
+        a :class:`~prisample.device_sampler.DeviceDraw` of tensors."""
+        sampler = self._device_sampler
+        assert sampler is not None
+        with self.lock:
+            if len(self.memory) == 0 or not self._drawable_seen:  # the host's knowledge: no wait
+                raise ValueError(
+                    f"no transition can be drawn yet: the memory holds {len(self.memory)} and with "
+                    f"n_step={self.memory.n_step} none has completed its window"
+                )
+            draw = sampler.sample(k)
+            batch = self.memory.read_on_device(draw.indices, draw.weights)
+            self._drawn_on_device[draw.indices] = cast(torch.Tensor, batch.generation)
+        return batch, draw
+
+    def _draw_record(self) -> IntArray:
+        if self.on_device:
+            return self._drawn_on_device.cpu().numpy().copy()
+        return self._drawn.copy()
+
+    def _set_draw_record(self, drawn: IntArray) -> None:
+        self._drawn[:] = drawn
+        if self.on_device:
+            self._drawn_on_device.copy_(torch.from_numpy(self._drawn))
+
+    def _admit_windows_on_device(self, done: Inserted) -> None:
+        """Under n-step: the write's evicted transitions leave, its completed windows enter at
+        the device's maximum (trusted: the memory's own slots)."""
+        sampler = self._device_sampler
+        assert sampler is not None
+        self._drawable_seen |= done.completed.shape[0] > 0
+        if done.evicted.shape[0]:
+            sampler.remove(done.evicted, checked=False)
+        if done.completed.shape[0]:
+            sampler.add(done.completed, checked=False)
+
+    def _update_on_device(self, indices: torch.Tensor, priorities: Any, generations: Any) -> None:
+        """:meth:`~prisample.replay.PrioritizedReplay.update_priorities` of indices on the device
+        (a draw's): the generations checked there, a stale entry rewriting its slot's current
+        priority (so that no shape depends on the data), the dropped count kept there; no host
+        synchronisation.  The indices are trusted to be a draw's (in range, filled when drawn)."""
+        sampler = self._device_sampler
+        assert sampler is not None
+        device = self.memory.device
+        idx = indices.to(torch.int64).reshape(-1)
+        values = torch.as_tensor(priorities, dtype=torch.float64, device=device).reshape(-1)
+        with self.lock:
+            current = self.memory.live_generations_on_device(idx)
+            expected = (
+                self._drawn_on_device[idx]
+                if generations is None
+                else torch.as_tensor(generations, dtype=torch.int64, device=device).reshape(-1)
+            )
+            keep = (current == expected) & (current >= 0)
+            self._dropped_on_device += (~keep).sum()
+            values = torch.where(keep, values, sampler.tree.raw[idx])
+            sampler.update_priorities(idx, values, checked=False)
