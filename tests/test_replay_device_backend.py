@@ -53,6 +53,19 @@ class Stream:
         }
 
 
+def _same_update(
+    host: PrioritizedReplay, device: PrioritizedReplay, slots: np.ndarray, rng: np.random.Generator
+) -> None:
+    """The same priorities for the same slots: numpy to the host replay, tensors to the device's."""
+    values = rng.exponential(size=slots.shape[0])
+    host.update_priorities(slots, values, generations=host.generations(slots))
+    device.update_priorities(
+        torch.from_numpy(slots),
+        torch.from_numpy(values),
+        generations=torch.from_numpy(device.generations(slots)),
+    )
+
+
 @pytest.mark.parametrize("backend", ["proportional", "uniform"])
 def test_device_replay_keeps_the_host_replays_priorities(backend: str) -> None:
     """Same adds (past the capacity: evictions), same updates: the same raw priorities, the new
@@ -64,17 +77,12 @@ def test_device_replay_keeps_the_host_replays_priorities(backend: str) -> None:
         host.add_many(**step)
         device.add_many(**step)
         if t % 3 == 2:
-            slots = rng.choice(len(host), 5, replace=False)
-            values = rng.exponential(size=5)
-            host.update_priorities(slots, values, generations=host.generations(slots))
-            device.update_priorities(
-                torch.from_numpy(slots),
-                torch.from_numpy(values),
-                generations=torch.from_numpy(device.generations(slots)),
-            )
+            _same_update(host, device, rng.choice(len(host), 5, replace=False), rng)
         np.testing.assert_array_equal(device.sampler.priorities, host.sampler.priorities)
     device.check_valid()
-    assert device.nbytes > device.memory.nbytes  # the tree and the draw record counted
+    # the device's tree and its draw record (int64 per slot) are counted beside the memory
+    assert device.sampler.nbytes > 0
+    assert device.nbytes == host.nbytes - host.sampler.nbytes + device.sampler.nbytes + 8 * CAPACITY
 
 
 def test_a_stale_update_is_dropped_on_the_device() -> None:
@@ -166,14 +174,7 @@ def test_n_step_device_replay_keeps_the_host_replays_priorities() -> None:
         host.add_many(**step)
         device.add_many(**step)
         if t % 4 == 3:
-            slots = np.flatnonzero(host.memory.drawable(np.arange(CAPACITY)))[:5]
-            values = rng.exponential(size=slots.shape[0])
-            host.update_priorities(slots, values, generations=host.generations(slots))
-            device.update_priorities(
-                torch.from_numpy(slots),
-                torch.from_numpy(values),
-                generations=torch.from_numpy(device.generations(slots)),
-            )
+            _same_update(host, device, np.flatnonzero(host.memory.drawable(np.arange(CAPACITY)))[:5], rng)
         np.testing.assert_array_equal(device.sampler.priorities, host.sampler.priorities)
     batch, draw = device.sample(8)
     expected = host.memory.get(torch.as_tensor(draw.indices).numpy())

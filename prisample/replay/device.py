@@ -41,6 +41,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from prisample.replay._rows import last_rows
+
 __all__ = ["Columns", "DeviceReader", "TorchFrames", "as_device", "torch_dtype"]
 
 
@@ -305,10 +307,9 @@ class Columns:
         """Rows ``values[name][i]`` written to the host columns at ``slots[i]``, one assignment per
         column (``values`` names some or all columns); a slot named twice keeps its last row.
         The device mirror takes them at the next :meth:`sync`."""
-        m = slots.shape[0]
-        rows: Any = slice(0, m)
-        if m > self.capacity:  # a write longer than the ring: only each slot's last row stays
-            rows = m - 1 - np.unique(slots[::-1], return_index=True)[1]
+        rows: Any = slice(None)
+        if slots.shape[0] > self.capacity:  # a write longer than the ring: each slot's last row
+            rows = last_rows(slots)
             slots = slots[rows]
         for name, column in values.items():
             self.host[name][slots] = column[rows]

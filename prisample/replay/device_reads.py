@@ -47,8 +47,12 @@ class DeviceReads:
         windows, nstep = self._windows, self._nstep
         if windows is None or nstep is None or slots.shape[0] == 0:
             return
-        windows.write_rows(slots, {"reward": nstep.reward[slots], "discount": nstep.discount[slots]})
-        windows.write_rows(slots, {"last": nstep.last[slots]})
+        results: dict[str, npt.NDArray[Any]] = {
+            "reward": nstep.reward[slots],
+            "discount": nstep.discount[slots],
+            "last": nstep.last[slots],
+        }
+        windows.write_rows(slots, results)
         windows.resend(slots)
 
     def _resend_all_windows(self) -> None:

@@ -52,13 +52,6 @@ def _release(refs: np.ndarray, free: np.ndarray, nfree: int, rows: np.ndarray) -
 
 
 @numba.njit(cache=True)
-def _release_all(refs: np.ndarray, free: np.ndarray, nfree: int, rows: np.ndarray) -> int:
-    for i in range(rows.shape[0]):
-        nfree = _release(refs, free, nfree, rows[i])
-    return nfree
-
-
-@numba.njit(cache=True)
 def _equal(a: np.ndarray, b: np.ndarray) -> bool:
     for i in range(a.shape[0]):  # noqa: SIM110 (numba compiles the loop, not a generator)
         if a[i] != b[i]:
@@ -340,7 +333,8 @@ class FramePool:
 
     Frames are compared and copied as the widest machine words that divide their size
     (:meth:`as_words`).  Reading: :meth:`gather` (frames of any array of rows).  Writing:
-    :meth:`store_rows` (transitions' two stacks each), :meth:`release` (drop references to rows).
+    :meth:`store_rows` (transitions' two stacks each, releasing the stacks of the entries it
+    evicts).
     """
 
     def __init__(
@@ -414,10 +408,6 @@ class FramePool:
             self._cache_obs,
             self._cache_next,
         )
-
-    def stream_live(self, stream: int) -> bool:
-        """Whether ``stream`` has last stacks (a transition was stored on it)."""
-        return bool(self._stream_live[stream])
 
     def gather(self, rows: npt.NDArray[Any]) -> Any:
         """The frames of ``rows`` (any shape of row numbers): shape ``(*rows.shape, *frame_shape)``,
@@ -496,11 +486,6 @@ class FramePool:
         if self._nstage:
             self.storage.commit(self._nstage)
             self._nstage = 0
-
-    def release(self, rows: npt.NDArray[np.int32]) -> None:
-        """Drop one reference to each row of ``rows`` (``(k, frame_stack)``, the stacks of ``k``
-        transitions leaving); rows no longer used return to the free list."""
-        self._nfree = _release_all(self._refs, self._free, self._nfree, rows.reshape(-1, self.frame_stack))
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_arrays(self) -> dict[str, npt.NDArray[Any]]:

@@ -28,6 +28,7 @@ from prisample.replay._checks import (
     caller_stacklevel,
     cast,
 )
+from prisample.replay._rows import last_rows
 from prisample.replay.batch import ReplayBatch
 from prisample.replay.checkpoint import STATE_VERSION, CheckedState, MemoryCheckpoint
 from prisample.replay.device import Columns, DeviceReader, as_device
@@ -35,7 +36,7 @@ from prisample.replay.device_reads import DeviceReads
 from prisample.replay.frames import FramePool, reserve_rows
 from prisample.replay.nstep import NStepAccumulator
 from prisample.replay.spec import DTypes, Transitions, TransitionSpec
-from prisample.replay.stores import ObservationStore, last_rows, make_store
+from prisample.replay.stores import ObservationStore, make_store
 from prisample.replay.vector_env import VectorStepConverter, converter_for, rows_of_extras
 from prisample.replay.writes import Inserted, TransitionWrites, VectorAdd, WriteRequest
 

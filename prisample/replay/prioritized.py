@@ -20,6 +20,7 @@ from prisample._validation import (
     check_positive_int,
 )
 from prisample.device_sampler import DevicePrioritizedSampler
+from prisample.replay._rows import last_rows
 from prisample.replay.batch import ReplayBatch
 from prisample.replay.device import as_device
 from prisample.replay.device_steps import DEVICE_PREFIX, DeviceSteps, check_on_device
@@ -232,7 +233,7 @@ class PrioritizedReplay(TransitionWrites, DeviceSteps, ReplayCheckpoint):
 
     def _set_initial(self, slots: IntArray, values: npt.NDArray[np.float64]) -> None:
         """Priorities of the transitions just written; a slot written twice keeps the last."""
-        last = slots.shape[0] - 1 - np.unique(slots[::-1], return_index=True)[1]  # each slot's last write
+        last = last_rows(slots)  # each slot's last write
         slots, values = slots[last], values[last]
         live = self.memory.drawable(slots)
         if not live.all():

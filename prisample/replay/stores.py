@@ -33,6 +33,7 @@ import numpy.typing as npt
 import torch
 
 from prisample.replay._checks import warn_if_too_large
+from prisample.replay._rows import last_rows, previous_row
 from prisample.replay.device import Columns, TorchFrames
 from prisample.replay.frames import FramePool, reserve_rows
 
@@ -41,9 +42,7 @@ __all__ = [
     "FrameStore",
     "ObservationStore",
     "StoreWrite",
-    "last_rows",
     "make_store",
-    "previous_row",
 ]
 
 IntArray = npt.NDArray[np.int64]
@@ -82,24 +81,6 @@ def _fifo(n: int, tail: int, head: int, capacity: int, evicted: IntArray) -> tup
     count = int(until[-1])
     evicted[:count] = np.arange(tail, tail + count, dtype=np.int64) % capacity
     return tail + count, until
-
-
-def previous_row(streams: IntArray) -> IntArray:
-    """Per row, the row before it in the same write on the same stream (``-1``: none)."""
-    order = np.argsort(streams, kind="stable")
-    previous = np.full(streams.shape[0], -1, dtype=np.int64)
-    same = streams[order[1:]] == streams[order[:-1]]
-    previous[order[1:][same]] = order[:-1][same]
-    return previous
-
-
-def last_rows(slots: IntArray) -> Any:
-    """Rows of a write that its slots keep (a slot written twice keeps its last row)."""
-    n = slots.shape[0]
-    if n <= 1 or (n <= 64 and len(set(slots.tolist())) == n):  # distinct: every row (no sort)
-        return slice(None)
-    keep = n - 1 - np.unique(slots[::-1], return_index=True)[1]
-    return slice(None) if keep.shape[0] == n else keep
 
 
 @numba.njit(cache=True)
@@ -427,9 +408,9 @@ class FrameStore(ObservationStore):
         assert pool is not None and isinstance(pool.storage, TorchFrames)
         self._tables.sync(head)
         pool.flush()
-        obs_rows = self._tables.gather(slots)["obs_rows"]
-        next_rows = self._tables.gather(last)["next_rows"]
-        rows = torch.cat((obs_rows, next_rows), dim=1).to(torch.int64)
+        tables = self._tables.gather(slots)
+        next_rows = tables["next_rows"] if last is slots else self._tables.gather(last)["next_rows"]
+        rows = torch.cat((tables["obs_rows"], next_rows), dim=1).to(torch.int64)
         k, stack = slots.shape[0], self.frame_stack
         both = pool.storage.as_frames(pool.storage.gather_bytes(rows.reshape(-1)), (k, 2, stack))
         if stack == 1:
