@@ -8,7 +8,10 @@ one update per 4 agent steps, timed over their learning phase while ε is still 
   on 8 ALE threads, their emulation overlapped with the updates (``overlap_env``), each update's
   priorities written after the next minibatch is drawn (``defer_priorities``).  Agent steps/s
   are wall-clock over the learning phase; the replay share is ``replay.add + replay.sample +
-  update_priorities`` over the sum of the timed parts;
+  update_priorities`` over the sum of the timed parts.  With the priorities on the device the
+  draw, gather and priority write run inside the update's captured graph (``learn``), so the
+  share then counts the host's part only (``replay_in_update_graph``); the device part is
+  ``benchmarks/replay_device.py --backend device_proportional``'s ``captured`` entry;
 * CleanRL (``benchmarks.cleanrl_dqn``): its source with only the gymnasium 1.x renames, its
   agent steps/s from its own log.
 
@@ -116,6 +119,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "timed_parts_steps_per_s": r["steps_per_s"],
             "replay_share": r["replay_share_of_loop"],
             "device_backend": settings["priorities_on_device"] and r["arm"] in DEVICE_BACKENDS,
+            "replay_in_update_graph": settings["priorities_on_device"] and r["arm"] in DEVICE_BACKENDS,
             "update_ms": r["update_ms"],
             "per_update_ms": r["per_update_ms"],
             "updates": r["updates"],

@@ -4,8 +4,8 @@
 #   bash benchmarks/gpu_session.sh smoke   # ~3 min: GPU tests, update timings, short loop and sweep probes
 #   bash benchmarks/gpu_session.sh final   # ~9.5 min: GPU tests, loop benchmark vs CleanRL, the Atari sweep
 #   bash benchmarks/gpu_session.sh replay  # ~6 min: the replay on the device, and its share of the DQN loop (issue 23)
-#   bash benchmarks/gpu_session.sh device  # ~8 min: priorities on the device (issue 24): CUDA tests under
-#                                          #   sync-debug mode, then every arm of the loop and CleanRL
+#   bash benchmarks/gpu_session.sh device  # ~9.5 min: priorities on the device (issue 24): CUDA tests under
+#                                          #   sync-debug mode, the captured replay step, every arm of the loop, CleanRL
 #
 # Needs the git-ignored .whl/ (gymnasium, ale-py, tyro, ... for Python 3.12) and .peer/cleanrl/
 # (CleanRL's dqn_atari.py, see benchmarks/cleanrl_dqn.py) carried along; writes under $OUT.
@@ -62,8 +62,11 @@ if [ "$stage" = device ]; then
   log device replay tests, sync debug mode
   timeout 150 python3 -m pytest tests/test_device_replay_cuda.py tests/test_device_sampler.py tests/test_device_tree.py \
     -q -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_device_tests.txt"
+  log the replay step with the priorities on the device: eager, and sample+update captured as one graph
+  timeout 90 python3 -m benchmarks.replay_device --backend device_proportional --n 262144 --steps 2000 \
+    --out "$OUT/replay_device_graph.json" 2>&1 | tail -12
   log the loop, every arm, priorities on the device, and CleanRL
-  timeout 330 python3 -m benchmarks.atari_loop_gpu --updates 2000 --arms uniform,proportional,rank \
+  timeout 320 python3 -m benchmarks.atari_loop_gpu --updates 2000 --arms uniform,proportional,rank \
     --out "$OUT/atari_loop_gpu.json" --loop_out "$OUT/atari_loop_cuda.json" --cleanrl_out "$OUT/cleanrl_dqn.json" \
     2>&1 | grep -v "^ " | tail -6
   log done

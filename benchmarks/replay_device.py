@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -43,10 +44,73 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def build(n: int, device: str | None, seed: int = 0) -> PrioritizedReplay:
+def build(n: int, device: str | None, seed: int = 0, backend: str = "proportional") -> PrioritizedReplay:
     return PrioritizedReplay(
-        n, FRAME, frame_stack=STACK, num_streams=ENVS, alpha=0.6, beta=0.4, seed=seed, device=device
-    )
+        n, FRAME, frame_stack=STACK, num_streams=ENVS, alpha=0.6, beta=0.4, seed=seed, device=device,
+        backend=backend,
+    )  # fmt: skip
+
+
+def captured_step_ms(replay: PrioritizedReplay, tds: torch.Tensor, replays: int) -> dict[str, float]:
+    """With the priorities on a CUDA device: ``sample(32)`` and ``update_priorities`` captured as
+    one CUDA graph (what the Double DQN recipe captures around its update), timed with CUDA events
+    over ``replays`` replays, each after :meth:`~PrioritizedReplay.stage_device_step` (nothing
+    added in between: the device-side cost alone), next to the physical floor, one
+    ``index_select`` of the 256 frames a batch of 32 stacks of 4 (obs and next_obs) needs."""
+    device = tds.device
+
+    def body() -> None:
+        batch, draw = replay.sample(BATCH)
+        replay.update_priorities(draw.indices, tds[0], generations=batch.generation)
+
+    saved = replay.save_device_step()
+    side = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            body()
+    torch.cuda.current_stream(device).wait_stream(side)
+    replay.restore_device_step(saved)
+    replay.stage_device_step()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    replay.restore_device_step(saved)
+    frames = cast(Any, replay.memory._store).pool.storage.data  # the frames on the device
+    rows = torch.randint(0, frames.shape[0], (2 * STACK * BATCH,), device=device)
+    floor = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(floor):
+        frames.index_select(0, rows)
+
+    def timed(fn: Any) -> tuple[float, float]:
+        """Milliseconds per call: wall clock (the host's staging and launches included) and the
+        device's own time between two events."""
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        torch.cuda.synchronize(device)
+        begin = time.perf_counter()
+        start.record()
+        for _ in range(replays):
+            fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        wall = (time.perf_counter() - begin) * 1e3 / replays
+        return wall, float(start.elapsed_time(end)) / replays
+
+    def staged() -> None:
+        replay.stage_device_step()
+        graph.replay()
+
+    step, step_device = timed(staged)
+    floor_ms, floor_device = timed(floor.replay)
+    return {
+        "captured_step_ms": step,
+        "captured_step_device_ms": step_device,
+        "floor_ms": floor_ms,
+        "floor_device_ms": floor_device,
+        "over_floor": step / floor_ms,
+        "replays": replays,
+    }
 
 
 def add_step(replay: PrioritizedReplay, stream: Stream, step: int) -> None:
@@ -112,7 +176,9 @@ def _summary(times: list[float]) -> dict[str, float]:
     return {"median": statistics.median(times), "q1": q[0], "q3": q[2], "min": min(times)}
 
 
-def run(device_name: str, n: int, steps: int, blocks: int, period: int) -> dict[str, Any]:
+def run(
+    device_name: str, n: int, steps: int, blocks: int, period: int, backend: str = "proportional"
+) -> dict[str, Any]:
     device = torch.device(device_name)
     stream = make_stream(period, seed=0)
     results: dict[str, Any] = {
@@ -123,11 +189,12 @@ def run(device_name: str, n: int, steps: int, blocks: int, period: int) -> dict[
         "workload": f"add_many of {ENVS} stacks of {STACK}x{FRAME[0]}x{FRAME[1]} uint8, sample {BATCH}, "
         f"update {BATCH} priorities from a {device_name} tensor",
         "target_ms": TARGET_MS,
+        "backend": backend,
     }
     start = time.perf_counter()
-    results["equal_to_numpy"] = equal_to_numpy(device_name, stream)
+    results["equal_to_numpy"] = equal_to_numpy(device_name, stream) if backend == "proportional" else None
     results["equality_s"] = time.perf_counter() - start
-    replay = build(n, device_name)
+    replay = build(n, device_name, backend=backend)
     start = time.perf_counter()
     fill_steps = -(-n // ENVS)
     for fill_step in range(fill_steps):
@@ -170,6 +237,8 @@ def run(device_name: str, n: int, steps: int, blocks: int, period: int) -> dict[
     results["update_ms"] = _summary(_blocks(update, device, blocks, block))
     results["meets_target"] = results["step_ms"]["median"] <= TARGET_MS
     results["blocks"], results["block"] = blocks, block
+    if backend.startswith("device_") and device.type == "cuda":
+        results["captured"] = captured_step_ms(replay, tds, replays=steps)
     return results
 
 
@@ -180,10 +249,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=4000, help="timed replay steps (and per part)")
     parser.add_argument("--blocks", type=int, default=20)
     parser.add_argument("--period", type=int, default=1000, help="vector steps before the stream repeats")
+    parser.add_argument(
+        "--backend", default="proportional", choices=("proportional", "device_proportional", "device_uniform")
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     blocks = min(args.blocks, args.steps)
-    results = run(args.device, args.n, args.steps, blocks, min(args.period, max(2, args.n // ENVS)))
+    period = min(args.period, max(2, args.n // ENVS))
+    results = run(args.device, args.n, args.steps, blocks, period, args.backend)
+    results["load_average"] = list(os.getloadavg())
     text = json.dumps(results, indent=2)
     print(text, flush=True)
     if args.out is not None:

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from prisample._capture import capturing
 from prisample._device_rng import SplitMix64, pcg64_to_word, word_to_pcg64
 from prisample._sampler_state import STATE_VERSION, SamplerState
 from prisample._validation import (
@@ -126,6 +127,9 @@ class DevicePrioritizedSampler:
             seed = int(torch.empty((), dtype=torch.int64).random_().item())
         self._rng = SplitMix64(check_seed(seed), self.device)
         self._step = 0
+        # β of the next draw, where a captured draw reads it (sent when it changes).
+        self._beta_on_device = torch.zeros((), dtype=torch.float64, device=self.device)
+        self._beta_sent: float | None = None
         # What the checkpoint format holds for the host sampler's DataLoader role: carried through.
         self._batch_size: int = 32
         self._num_samples: int | None = None
@@ -163,6 +167,12 @@ class DevicePrioritizedSampler:
         with self._lock:
             return beta_at(self._beta, self._step)
 
+    @beta.setter
+    def beta(self, value: float | LinearSchedule) -> None:
+        beta = as_beta(value)
+        with self._lock:
+            self._beta = beta
+
     @property
     def size(self) -> int:
         """Number of non-empty slots ``N`` (synchronises: not for the hot path)."""
@@ -174,6 +184,27 @@ class DevicePrioritizedSampler:
         """Number of non-empty slots ``N`` as a 0-d int64 tensor on the device (a copy)."""
         with self._lock:
             return self._tree.count.clone()
+
+    @property
+    def step(self) -> int:
+        """Batches drawn so far: the β schedule's step (a host counter)."""
+        with self._lock:
+            return self._step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"step should be an integer, but got step={short_repr(value)}")
+        if value < 0:
+            raise ValueError(f"step should be >= 0, but got step={value}")
+        with self._lock:
+            self._step = int(value)
+
+    @property
+    def rng_state(self) -> torch.Tensor:
+        """The random stream's state: a 0-d int64 tensor on the device, advanced in place by
+        each draw (a CUDA graph that captured :meth:`sample` advances it on every replay)."""
+        return self._rng.state
 
     @property
     def nbytes(self) -> int:
@@ -312,17 +343,30 @@ class DevicePrioritizedSampler:
     # -- draws ----------------------------------------------------------------------------------
     def sample(self, k: int) -> DeviceDraw:
         """Draw ``k`` slots (stratified, App. B.2.1) with their weights (Sec. 3.4), without a host
-        synchronisation; advances the β schedule by one."""
+        synchronisation; advances the β schedule by one.
+
+        Inside a CUDA graph capture only the tensor work is recorded; call :meth:`stage_draw`
+        before each replay of the graph (it sends β and advances the schedule)."""
         k = check_positive_int(k, "k")
         with self._lock:
+            if not capturing():
+                self.stage_draw()
             slots, probabilities = self._tree.stratified(self._rng.uniform(k))
-            weights = self._weights(probabilities)
-            self._step += 1
+            weights = self._weights(probabilities, self._beta_on_device)
         return DeviceDraw(slots, weights, probabilities)
 
-    def _weights(self, p: torch.Tensor) -> torch.Tensor:
+    def stage_draw(self) -> None:
+        """The host side of one :meth:`sample`: ``β`` at the schedule's step sent to the device
+        (a fill, only when it changed) and the step advanced by one."""
+        with self._lock:
+            beta = beta_at(self._beta, self._step)
+            if beta != self._beta_sent:
+                self._beta_on_device.fill_(beta)
+                self._beta_sent = beta
+            self._step += 1
+
+    def _weights(self, p: torch.Tensor, beta: float | torch.Tensor) -> torch.Tensor:
         """``(N · P(i))^-β`` normalised by ``weight_norm``, float32; 0 where ``P(i) = 0``."""
-        beta = beta_at(self._beta, self._step)
         positive = p > 0.0
         if self.weight_norm == "none":
             n = self._tree.count.to(torch.float64)
@@ -345,7 +389,7 @@ class DevicePrioritizedSampler:
     def weights(self, indices: Any) -> torch.Tensor:
         """Importance weights of filled slots under the current distribution and ``β`` (checked)."""
         with self._lock:
-            return self._weights(self.probabilities(indices))
+            return self._weights(self.probabilities(indices), beta_at(self._beta, self._step))
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

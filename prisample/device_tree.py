@@ -115,6 +115,12 @@ class DevicePriorityTree:
         self._top = torch.zeros(1, dtype=torch.int64, device=self.device)
         self._steps = torch.arange(1, BRANCH + 1, dtype=torch.int64, device=self.device)
 
+    def state_tensors(self) -> list[torch.Tensor]:
+        """Every tensor a write changes (in place), e.g. to save and restore around warm-up steps
+        before a CUDA graph capture."""
+        levels = [*self.sums[1:], *self.maxs[1:], *self.mins[1:]]
+        return [self.raw, self.masses, *levels, self.total, self.max_raw, self.min_mass, self.count]
+
     def _full(self, shape: int | tuple[int, ...], value: float) -> torch.Tensor:
         return torch.full(
             shape if isinstance(shape, tuple) else (shape,), value, dtype=torch.float64, device=self.device

@@ -320,8 +320,14 @@ class Columns:
         again at the next :meth:`sync`, from the same host bytes."""
         if self.device is None or rows.shape[0] == 0:
             return
-        index = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)).to(self.device)
-        self.mirror.index_copy_(0, index, torch.from_numpy(self._packed[rows]).to(self.device))
+        n, width = rows.shape[0], self.row_nbytes
+        i, buffer = self._pinned.take(8 * n + n * width)  # the index and the rows: one copy
+        host = buffer.numpy()
+        host[: 8 * n].view(np.int64)[:] = rows
+        host[8 * n : 8 * n + n * width].reshape(n, width)[:] = self._packed[rows]
+        sent = self._pinned.to_device(buffer[: 8 * n + n * width])
+        self._pinned.done(i)
+        self.mirror.index_copy_(0, sent[: 8 * n].view(torch.int64), sent[8 * n :].view(n, width))
 
     def gather(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every column at ``slots`` (an int64 tensor on the device): views of one gathered array."""

@@ -9,6 +9,7 @@ reading a value back to the host (Schaul et al. 2016, Algorithm 1, lines 6 and 8
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any, cast
 
@@ -90,12 +91,15 @@ class DeviceSteps:
                 sampler.add(slots[i : i + 1], checked=False)
             return
         first = int(until[0])
-        if first:
-            sampler.remove(evicted[:first], checked=False)
         order, marks = events(done, np.zeros(n), first)  # NaN marks the evictions
-        marks_on_device = torch.from_numpy(marks).to(self.memory.device)
-        values = torch.where(torch.isnan(marks_on_device), marks_on_device, sampler.max_priority)
-        sampler.write(order, values, checked=False)
+        # the first row's evictions, the write's slots and marks: one pinned, asynchronous copy
+        (leaving, slots_on_device), (marks_on_device,) = self.memory.send_to_device(
+            [evicted[:first], order], [marks.astype(np.float32)]
+        )
+        if first:  # before the maximum is read: an evicted transition's priority is not a live one's
+            sampler.remove(leaving, checked=False)
+        values = torch.where(torch.isnan(marks_on_device), math.nan, sampler.max_priority)
+        sampler.write(slots_on_device, values, checked=False)
 
     def _sample_on_device(self, k: int) -> tuple[ReplayBatch, Any]:
         """:meth:`~prisample.replay.PrioritizedReplay.sample` with the priorities on the device:
@@ -104,15 +108,57 @@ class DeviceSteps:
         sampler = self._device_sampler
         assert sampler is not None
         with self.lock:
-            if len(self.memory) == 0 or not self._drawable_seen:  # the host's knowledge: no wait
-                raise ValueError(
-                    f"no transition can be drawn yet: the memory holds {len(self.memory)} and with "
-                    f"n_step={self.memory.n_step} none has completed its window"
-                )
+            self._check_drawable()
             draw = sampler.sample(k)
             batch = self.memory.read_on_device(draw.indices, draw.weights)
             self._drawn_on_device[draw.indices] = cast(torch.Tensor, batch.generation)
         return batch, draw
+
+    def stage_device_step(self) -> None:
+        """The host side of one :meth:`sample` and :meth:`update_priorities` on the device, for a
+        CUDA graph that captured them (a graph replays kernels, never Python): the rows added
+        since the last read and the ring's tail sent to the device, ``β`` at the schedule's step
+        sent and the step advanced.  Call it before every replay of such a graph; eager calls do
+        it themselves.  ``ValueError`` while no transition can be drawn."""
+        sampler = self._sampler_on_device()
+        with self.lock:
+            self._check_drawable()
+            self.memory.stage_device_read()
+            sampler.stage_draw()
+
+    def save_device_step(self) -> tuple[list[torch.Tensor], int]:
+        """Copies of everything a device :meth:`sample` and :meth:`update_priorities` change: the
+        priority tree, the random stream's state, the draw record, the dropped count (tensors on
+        the device) and the β schedule's step; :meth:`restore_device_step` puts them back (e.g.
+        around the warm-up steps before a CUDA graph capture)."""
+        with self.lock:
+            return [t.clone() for t in self._device_step_tensors()], self._sampler_on_device().step
+
+    def restore_device_step(self, saved: tuple[list[torch.Tensor], int]) -> None:
+        """Put back what :meth:`save_device_step` copied (in place: a captured graph keeps
+        reading the same tensors)."""
+        tensors, step = saved
+        with self.lock:
+            for target, value in zip(self._device_step_tensors(), tensors, strict=True):
+                target.copy_(value)
+            self._sampler_on_device().step = step
+
+    def _sampler_on_device(self) -> DevicePrioritizedSampler:
+        if self._device_sampler is None:
+            raise ValueError("this needs the priorities on the device (backend='device_*')")
+        return self._device_sampler
+
+    def _device_step_tensors(self) -> list[torch.Tensor]:
+        sampler = self._sampler_on_device()
+        own = [self._drawn_on_device, self._dropped_on_device]
+        return [*sampler.tree.state_tensors(), sampler.rng_state, *own]
+
+    def _check_drawable(self) -> None:
+        if len(self.memory) == 0 or not self._drawable_seen:  # the host's knowledge: no wait
+            raise ValueError(
+                f"no transition can be drawn yet: the memory holds {len(self.memory)} and with "
+                f"n_step={self.memory.n_step} none has completed its window"
+            )
 
     def _draw_record(self) -> IntArray:
         if self.on_device:
@@ -130,10 +176,11 @@ class DeviceSteps:
         sampler = self._device_sampler
         assert sampler is not None
         self._drawable_seen |= done.completed.shape[0] > 0
-        if done.evicted.shape[0]:
-            sampler.remove(done.evicted, checked=False)
-        if done.completed.shape[0]:
-            sampler.add(done.completed, checked=False)
+        if done.evicted.shape[0] == 0 and done.completed.shape[0] == 0:
+            return
+        (leaving, entering), _ = self.memory.send_to_device([done.evicted, done.completed], [])
+        sampler.remove(leaving, checked=False)  # before the maximum is read, as in _enter_on_device
+        sampler.add(entering, checked=False)
 
     def _update_on_device(self, indices: torch.Tensor, priorities: Any, generations: Any) -> None:
         """:meth:`~prisample.replay.PrioritizedReplay.update_priorities` of indices on the device

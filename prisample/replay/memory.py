@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import torch
 
 from prisample._validation import as_indices, check_positive_int, to_numpy
 from prisample.replay._checks import (
@@ -172,6 +173,8 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
         self._evicted = np.zeros(c + 1, dtype=np.int64)
         self._tail = 0  # transitions numbered [tail, head) are live
         self._head = 0
+        self._tail_on_device = torch.zeros((), dtype=torch.int64, device=self.device)
+        self._tail_sent: int | None = 0
         self._nstep = NStepAccumulator(self.n_step, self.num_streams, c) if self.n_step > 1 else None
         self._windows: Columns | None = None
         if self._nstep is not None and self.device is not None:

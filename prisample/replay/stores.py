@@ -185,11 +185,15 @@ class ObservationStore:
         tensors on the device; ``head``: the adds so far, for device mirrors)."""
         raise NotImplementedError
 
-    def take_on_device(self, slots: torch.Tensor, last: torch.Tensor, head: int) -> tuple[Any, Any]:
+    def stage_on_device(self, head: int) -> None:
+        """Bring the device mirrors up to date with the adds before ``head`` (the host side of
+        :meth:`take_on_device`, which a captured graph cannot run)."""
+        raise NotImplementedError
+
+    def take_on_device(self, slots: torch.Tensor, last: torch.Tensor) -> tuple[Any, Any]:
         """``(obs, next_obs)``: ``obs`` of ``slots`` and ``next_obs`` of ``last`` (the windows'
         last slots; ``slots`` for one-step transitions), int64 tensors on the device, gathered
-        there with no host work on them: everything the gather needs is mirrored on the device
-        (``head``: the adds so far, brought over first)."""
+        there from the mirrors :meth:`stage_on_device` brought up to date, with no host work."""
         raise NotImplementedError
 
     def swap(self, both: IntArray, back: IntArray) -> None:
@@ -401,13 +405,17 @@ class FrameStore(ObservationStore):
             return both[:, 0, 0], both[:, 1, 0]
         return both[:, 0], both[:, 1]
 
-    def take_on_device(self, slots: torch.Tensor, last: torch.Tensor, head: int) -> tuple[Any, Any]:
+    def stage_on_device(self, head: int) -> None:
+        """The row tables' new rows and the staged frames, each in one copy."""
+        assert self.pool is not None
+        self._tables.sync(head)
+        self.pool.flush()
+
+    def take_on_device(self, slots: torch.Tensor, last: torch.Tensor) -> tuple[Any, Any]:
         """Both stacks of every slot: ``2·frame_stack`` frames each, since whether ``next_obs``
         shares frames with ``obs`` is a fact of the data that only a synchronisation could act on."""
         pool = self.pool
         assert pool is not None and isinstance(pool.storage, TorchFrames)
-        self._tables.sync(head)
-        pool.flush()
         tables = self._tables.gather(slots)
         next_rows = tables["next_rows"] if last is slots else self._tables.gather(last)["next_rows"]
         rows = torch.cat((tables["obs_rows"], next_rows), dim=1).to(torch.int64)
@@ -538,15 +546,18 @@ class DictStore(ObservationStore):
             cols = self.columns
             obs = {k: cols[f"obs.{k}"][at] for k in self.keys}
             return obs, {k: cols[f"next_obs.{k}"][last] for k in self.keys}
+        self.stage_on_device(head)
+        return self.take_on_device(at, last)
+
+    def stage_on_device(self, head: int) -> None:
         for mirror in self.mirrors:
             mirror.sync(head)
-        obs_cols, next_cols = self.mirrors[0].gather(at), self.mirrors[1].gather(last)
+
+    def take_on_device(self, slots: torch.Tensor, last: torch.Tensor) -> tuple[Any, Any]:
+        obs_cols, next_cols = self.mirrors[0].gather(slots), self.mirrors[1].gather(last)
         return {k: obs_cols[f"obs.{k}"] for k in self.keys}, {
             k: next_cols[f"next_obs.{k}"] for k in self.keys
         }
-
-    def take_on_device(self, slots: torch.Tensor, last: torch.Tensor, head: int) -> tuple[Any, Any]:
-        return self.take([slots, last], None, head)
 
     def swap(self, both: IntArray, back: IntArray) -> None:
         for name, column in self.columns.items():

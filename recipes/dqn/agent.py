@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -47,6 +47,7 @@ __all__ = [
     "laber_batch",
     "make_learner",
     "make_replay",
+    "make_replay_update",
     "observe",
     "store",
     "sync_target",
@@ -202,6 +203,39 @@ def make_learner(
     CUDA device when ``cfg.cuda_graph``, eager otherwise (the same arithmetic)."""
     graph = cfg.cuda_graph and device.type == "cuda"
     return OptimizerStep(td_loss(q, q_target, cfg), list(q.parameters()), optimizer, graph=graph)
+
+
+def make_replay_update(
+    q: nn.Module,
+    q_target: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    replay: PrioritizedReplay,
+    cfg: DDQNConfig,
+    device: torch.device,
+) -> OptimizerStep:
+    """Lines 9-12 as one call with the priorities on the device: ``j ~ P(j)``, ``w_j``, the
+    update of θ and ``p_j ← |δ_j|``, returning ``(loss, |δ|, mean w, min w, slots, generations)``.
+
+    On a CUDA device with ``cfg.cuda_graph`` the whole step is one captured graph, replayed after
+    the replay stages its host side (the rows added since the last draw, the ring's tail, β);
+    eager otherwise, with the same arithmetic.  Nothing in it waits for the host."""
+    loss_and_priorities = td_loss(q, q_target, cfg)
+
+    def draw_and_loss(_: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        sample, drawn = replay.sample(cfg.batch_size)  # PER: j ~ P(j) (line 9), w_j (line 10)
+        batch = as_batch(sample, drawn.weights, device)
+        loss, priorities = loss_and_priorities(batch)
+        weights = batch.weights
+        slots, generations = cast(torch.Tensor, drawn.indices), cast(torch.Tensor, sample.generation)
+        return loss, priorities, weights.mean(), weights.min(), slots, generations
+
+    def write_priorities(outputs: tuple[torch.Tensor, ...]) -> None:
+        _, priorities, _, _, slots, generations = outputs
+        replay.update_priorities(slots, priorities, generations=generations)  # PER: p_j ← |δ_j| (line 12)
+
+    graph = cfg.cuda_graph and device.type == "cuda"
+    params = list(q.parameters())
+    return OptimizerStep(draw_and_loss, params, optimizer, graph=graph, after=write_priorities, state=replay)
 
 
 def weighted_td_loss(

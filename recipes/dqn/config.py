@@ -250,6 +250,10 @@ class DDQNConfig:
                 "be false with sampling=laber (no priorities)",
                 self.diagnostics,
             )
+        if self.priorities_on_device:  # the draws' slots stay on the GPU: nothing on the host reads them
+            need = "with priorities_on_device (the draws stay on the GPU)"
+            cli.require(not self.diagnostics, "diagnostics", f"be false {need}", self.diagnostics)
+            cli.require(self.sampling == "replay", "sampling", f"be 'replay' {need}", self.sampling)
         check_env(self.env)  # Pendulum-v1 used to get as far as an AttributeError on its action space
         cli.at_least(
             self,

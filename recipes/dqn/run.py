@@ -61,6 +61,7 @@ from recipes.dqn.agent import (
     laber_batch,
     make_learner,
     make_replay,
+    make_replay_update,
     observe,
     store,
     sync_target,
@@ -99,6 +100,10 @@ def train(cfg: DDQNConfig) -> RunResult:
     learner = make_learner(q, q_target, optimizer, cfg, device)
     schedules = Schedules.of(cfg)
     replay = make_replay(cfg, spec, device, num_streams=cfg.num_envs)  # line 1
+    # PER: with the priorities on the GPU, lines 9-12 are one captured graph (draw, learn, write)
+    replay_update = (
+        make_replay_update(q, q_target, optimizer, replay, cfg, device) if replay.on_device else None
+    )
     diagnostics = Diagnostics(cfg.memory_size) if cfg.diagnostics else None  # PER: M_i, Figs. 10-11
     # PER: LaBER draws m·B uniformly (the 'uniform' replay) and keeps B ∝ |δ| (a stream of its own)
     laber = None
@@ -141,6 +146,15 @@ def train(cfg: DDQNConfig) -> RunResult:
         timer.mark_learning(step)
         state.due += cfg.num_envs
         while state.due >= cfg.replay_period:  # one minibatch update per K agent steps (line 7)
+            if replay_update is not None:  # lines 9-12 on the GPU: nothing waits for the host
+                with timer("learn"):
+                    replay.sampler.beta = beta  # PER: β annealed β0 → 1 over training (Sec. 3.4)
+                    loss, td_abs, w_mean, w_min, *_ = replay_update(())
+                    writes.push(None, copier.start(td_abs, loss.view(1), w_mean.view(1), w_min.view(1)))
+                write_priorities(keep=1)  # the logged values of the update before, if copied
+                state.updates += 1
+                state.due -= cfg.replay_period
+                continue
             with timer("sample"):  # PER: j ~ P(j) (line 9); LaBER: m·k uniform candidates
                 sample, drawn = draw(
                     replay, cfg.batch_size if laber is None else laber.large_batch_size, alpha, beta
@@ -155,9 +169,6 @@ def train(cfg: DDQNConfig) -> RunResult:
                 loss, td_abs = learner(batch)
                 w = batch.weights
                 writes.push(indices, copier.start(td_abs, loss.view(1), w.mean().view(1), w.min().view(1)))
-            if replay.on_device and laber is None:  # PER: p_j ← |δ_j| (line 12) on the GPU, no wait
-                with timer("update_priorities"):
-                    replay.update_priorities(indices, td_abs, generations=sample.generation)
             # defer_priorities: this update's priorities are written after the next update's draw
             write_priorities(keep=1 if cfg.defer_priorities else 0)
             state.updates += 1

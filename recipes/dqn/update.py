@@ -25,12 +25,29 @@ outputs (the new priorities) back to the host without waiting for them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
 LossFn = Callable[[Sequence[torch.Tensor]], tuple[torch.Tensor, ...]]
 """``f(batch) -> (loss, *outputs)``: the first tensor is minimised, the others returned as well."""
+
+AfterFn = Callable[[tuple[torch.Tensor, ...]], None]
+"""``after(outputs)``: device work done after the optimiser step, in the same graph (e.g. the new
+priorities written into a device replay)."""
+
+
+class DeviceState(Protocol):
+    """State outside θ and the optimiser that a step changes on the device and that the warm-up
+    steps before a capture must leave as they found it, plus the host side a graph cannot replay
+    (:class:`~prisample.replay.PrioritizedReplay` with ``backend="device_*"`` is one)."""
+
+    def save_device_step(self) -> Any: ...
+
+    def restore_device_step(self, saved: Any) -> None: ...
+
+    def stage_device_step(self) -> None: ...
+
 
 _WARMUP_STEPS = 3
 
@@ -70,6 +87,10 @@ class OptimizerStep:
     With a graph those are the graph's static output tensors: read (or copy) them before the next
     call, which overwrites them.  Every call must pass tensors of the first call's shapes and
     dtypes, on the parameters' device.
+
+    ``after(outputs)`` runs after the optimiser step, inside the graph.  ``state`` is what else the
+    step changes on the device (a device replay, whose draw may happen inside ``loss_fn``): saved
+    before the warm-up steps and restored after them, and staged before every replay of the graph.
     """
 
     def __init__(
@@ -79,10 +100,14 @@ class OptimizerStep:
         optimizer: torch.optim.Optimizer,
         *,
         graph: bool,
+        after: AfterFn | None = None,
+        state: DeviceState | None = None,
     ) -> None:
         self.loss_fn = loss_fn
         self.params = list(params)
         self.optimizer = optimizer
+        self.after = after
+        self.state = state
         self.graph_requested = graph
         self._graph: torch.cuda.CUDAGraph | None = None
         self._inputs: list[torch.Tensor] = []
@@ -103,6 +128,8 @@ class OptimizerStep:
             for static, value in zip(self._inputs, batch, strict=True):
                 static.copy_(value, non_blocking=True)
         assert self._graph is not None
+        if self.state is not None:
+            self.state.stage_device_step()
         self._graph.replay()
         return self._outputs
 
@@ -111,7 +138,10 @@ class OptimizerStep:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
         self.optimizer.step()
-        return (loss.detach(), *(o.detach() for o in outputs))
+        detached = (loss.detach(), *(o.detach() for o in outputs))
+        if self.after is not None:
+            self.after(detached)
+        return detached
 
     def _check(self, batch: Sequence[torch.Tensor]) -> None:
         if len(batch) != len(self._inputs):
@@ -130,6 +160,7 @@ class OptimizerStep:
         self._inputs = [value.detach().clone() for value in batch]
         saved_params = [p.detach().clone() for p in self.params]
         saved_state = _optimizer_tensors(self.optimizer)
+        saved_device = None if self.state is None else self.state.save_device_step()
         side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch leaves Stream.__new__ unannotated
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -140,13 +171,15 @@ class OptimizerStep:
             for p, saved in zip(self.params, saved_params, strict=True):
                 p.copy_(saved)
             _restore_optimizer(self.optimizer, saved_state)
+            if self.state is not None:
+                self.state.restore_device_step(saved_device)
+                self.state.stage_device_step()  # what the capture records reads the staged values
         self.optimizer.zero_grad(set_to_none=True)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            loss, *outputs = self.loss_fn(self._inputs)
-            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
-            self.optimizer.step()
-        self._outputs = (loss.detach(), *(o.detach() for o in outputs))
+            self._outputs = self._eager(self._inputs)
+        if self.state is not None:  # the capture ran no step: the first replay stages afresh
+            self.state.restore_device_step(saved_device)
         self._graph = graph
 
 
