@@ -4,6 +4,8 @@
 #   bash benchmarks/gpu_session.sh smoke   # ~3 min: GPU tests, update timings, short loop and sweep probes
 #   bash benchmarks/gpu_session.sh final   # ~9.5 min: GPU tests, loop benchmark vs CleanRL, the Atari sweep
 #   bash benchmarks/gpu_session.sh replay  # ~6 min: the replay on the device, and its share of the DQN loop (issue 23)
+#   bash benchmarks/gpu_session.sh apex    # ~8 min: Ape-X's learner on the GPU, actors on the CPU cores
+#                                          #   (issue 25): 1, 2, 4, 8, 14 actors; needs ray (gpu_wheels.sh ray)
 #   bash benchmarks/gpu_session.sh device  # ~9.5 min: priorities on the device (issue 24): CUDA tests under
 #                                          #   sync-debug mode, the captured replay step, every arm of the loop, CleanRL
 #
@@ -13,6 +15,9 @@ set -u
 stage=${1:-smoke}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
+if [ "$stage" = apex ]; then  # ray travels in two halves (benchmarks/gpu_wheels.sh ray)
+  cat .whl-ray/a .whl-ray/b > .whl/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl || { echo "ray halves missing"; exit 1; }
+fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "wheel install failed"; exit 1; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
@@ -69,5 +74,12 @@ if [ "$stage" = device ]; then
   timeout 320 python3 -m benchmarks.atari_loop_gpu --updates 2000 --arms uniform,proportional,rank \
     --out "$OUT/atari_loop_gpu.json" --loop_out "$OUT/atari_loop_cuda.json" --cleanrl_out "$OUT/cleanrl_dqn.json" \
     2>&1 | grep -v "^ " | tail -6
+  log done
+fi
+
+if [ "$stage" = apex ]; then
+  log Ape-X scaling, learner on the GPU, 60 s per actor count
+  timeout 520 python3 -m recipes.apex scaling --env CartPole-v1 --actors 1,2,4,8,14 --seconds 60 --device cuda \
+    --out "$OUT/apex_scaling_gpu" 2>&1 | tail -12
   log done
 fi

@@ -115,11 +115,12 @@ class DeviceSteps:
         return batch, draw
 
     def stage_device_step(self) -> None:
-        """The host side of one :meth:`sample` and :meth:`update_priorities` on the device, for a
-        CUDA graph that captured them (a graph replays kernels, never Python): the rows added
-        since the last read and the ring's tail sent to the device, ``β`` at the schedule's step
-        sent and the step advanced.  Call it before every replay of such a graph; eager calls do
-        it themselves.  ``ValueError`` while no transition can be drawn."""
+        """The host side of one ``sample`` and ``update_priorities`` on the device (see
+        :class:`~prisample.replay.PrioritizedReplay`), for a CUDA graph that captured them (a
+        graph replays kernels, never Python): the rows added since the last read and the ring's
+        tail sent to the device, ``β`` at the schedule's step sent and the step advanced.  Call it
+        before every replay of such a graph; eager calls do it themselves.  ``ValueError`` while
+        no transition can be drawn."""
         sampler = self._sampler_on_device()
         with self.lock:
             self._check_drawable()
@@ -127,7 +128,7 @@ class DeviceSteps:
             sampler.stage_draw()
 
     def save_device_step(self) -> tuple[list[torch.Tensor], int]:
-        """Copies of everything a device :meth:`sample` and :meth:`update_priorities` change: the
+        """Copies of everything a device ``sample`` and ``update_priorities`` change: the
         priority tree, the random stream's state, the draw record, the dropped count (tensors on
         the device) and the β schedule's step; :meth:`restore_device_step` puts them back (e.g.
         around the warm-up steps before a CUDA graph capture)."""
