@@ -3,18 +3,33 @@
 Every rank holds the same priorities and the same RNG state.  Each batch is one stratified draw of
 ``k · R`` slots (``R`` ranks, ``k`` the per-rank batch) from ``P(i) = p_i^α / Σ_k p_k^α``
 (Schaul et al. 2016, Eq. 1); rank ``r`` keeps the strided slice ``r, r + R, r + 2R, …``, so the
-slices are disjoint positions of one draw, their union is exactly what a single process draws with
-the same seed, and each rank's slice is itself stratified over the whole distribution.  After a
-step the ``(index, priority)`` updates of all ranks are all-gathered and applied in rank order on
-every rank (last write wins), so the priorities stay identical everywhere.
+slices are disjoint positions of one draw and their union is exactly what a single process draws
+with the same seed.  Only the union is a sample of ``P(i)``: rank ``r`` gets the strata
+``r, r + R, …`` of the draw, so with fixed priorities it never draws a slot whose probability mass
+lies within the other ranks' strata (under uniform priorities over 20 slots and ``k · R = 4``,
+rank 0 of 2 only ever sees slots 0-4 and 10-14).  Gradients averaged over the ranks are unbiased;
+per-rank statistics (BatchNorm, metrics) are not.  After a step the ``(index, priority)`` updates of
+all ranks are all-gathered and applied in rank order on every rank (last write wins), so the
+priorities stay identical everywhere.
 
 Draws and their draw-time weights are kept by a :class:`~prisample.ledger.DrawLedger` (one global
 draw per batch), so a training step claims its batch with :meth:`DistributedPrioritizedSampler.take`
 and a checkpoint resumes exactly; on one process the ledger alone does that job.
+
+A checkpoint records the world size ``R`` it was saved by, and resumes under another ``R'`` by
+re-sharding the global draw.  Its unclaimed draws, read as the sequence of per-rank batches in the
+order their updates are applied (draw by draw, rank by rank), are regrouped ``R'`` at a time into
+global draws of ``R'`` ranks; the ``G = R · (ceil(N / R) - yielded)`` global indices the epoch has
+still to draw are shared as ``G / R'`` per rank.  So the resumed run trains on exactly the global
+indices the old world had drawn, applies their updates in the same order (priorities bitwise equal),
+and draws the epoch's remaining ``G`` indices, ``k · R'`` per batch.  Where that cannot be done
+(``R'`` does not divide the per-rank batches in hand or ``G``, batches of different sizes or ``β``
+would share a draw, or the epoch has more left than ``R'`` ranks' epoch holds) the load is refused.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -25,19 +40,24 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
-from prisample._validation import as_indices, as_priorities
-from prisample.ledger import DrawLedger
+from prisample._validation import as_indices, as_priorities, check_integer
+from prisample.ledger import DrawLedger, _sampler_facts
 from prisample.sampler import Draw, PrioritizedSampler
 from prisample.weights import LinearSchedule
 
 __all__ = ["DistributedPrioritizedSampler"]
 
 
-def _world(process_group: Any) -> tuple[int, int]:
-    """(number of replicas, this rank) of the default or given process group; (1, 0) outside DDP."""
+def _world(process_group: Any) -> tuple[int, int] | None:
+    """(number of replicas, this rank) of the default or given process group; None outside DDP."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(process_group), dist.get_rank(process_group)
-    return 1, 0
+    return None
+
+
+def _is_count(value: Any) -> bool:
+    """An integer >= 1 (not a bool), as a checkpoint may hold it (numpy or Python)."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral) and int(value) >= 1
 
 
 class DistributedPrioritizedSampler(Sampler[int]):
@@ -50,7 +70,9 @@ class DistributedPrioritizedSampler(Sampler[int]):
     take effect at the next draw (a ``DataLoader`` or Lightning prefetching ``m`` batches ahead
     draws them ``m`` updates late).
 
-    Every rank must call :meth:`update_priorities` once per step (it is a collective).
+    Every rank must call :meth:`update_priorities` once per step (it is a collective).  An explicit
+    ``num_replicas`` or ``rank`` must equal the process group's once one is initialised (checked at
+    construction and at every draw, update and load), else ``ValueError`` names both values.
 
     >>> s = DistributedPrioritizedSampler(PrioritizedSampler(6, alpha=1.0, batch_size=2, seed=0))
     >>> batch = list(iter(s))[:2]
@@ -81,19 +103,52 @@ class DistributedPrioritizedSampler(Sampler[int]):
         self._rank = rank
         self.process_group = process_group
         self.epoch = 0
-        self.ledger = DrawLedger(sampler, topology=lambda: (self.num_replicas, self.rank))
+        self.ledger = DrawLedger(sampler, topology=self._topology)
         self._synced = False
+        self._topology()  # a misdeclared world fails here when the process group already exists
 
     # -- topology -------------------------------------------------------------------------------
+    def _topology(self) -> tuple[int, int]:
+        """``(R, r)``; an explicit ``num_replicas`` or ``rank`` must match the process group's.
+
+        Checked at every read, not only at construction: a sampler may be built before
+        ``init_process_group`` (a ``DataModule``), and a wrong ``R`` would otherwise draw
+        overlapping or unequal slices and let the ranks' priorities diverge without an error.
+        """
+        world = _world(self.process_group)
+        if world is None:
+            replicas = 1 if self._num_replicas is None else self._num_replicas
+            rank = 0 if self._rank is None else self._rank
+            if rank >= replicas:
+                raise ValueError(
+                    f"rank should be < num_replicas={replicas} (no process group is initialised), "
+                    f"but got rank={rank}"
+                )
+            return replicas, rank
+        size, rank = world
+        if self._num_replicas is not None and self._num_replicas != size:
+            raise ValueError(
+                f"num_replicas should be the process group's world size {size} (or None), "
+                f"but got num_replicas={self._num_replicas}"
+            )
+        if self._rank is not None and self._rank != rank:
+            raise ValueError(
+                f"rank should be this process's rank {rank} in the process group (or None), "
+                f"but got rank={self._rank}"
+            )
+        return size, rank
+
     @property
     def num_replicas(self) -> int:
-        """``R``: the explicit value, else the process group's world size (1 outside DDP)."""
-        return self._num_replicas if self._num_replicas is not None else _world(self.process_group)[0]
+        """``R``: the process group's world size (an explicit value must equal it); outside DDP
+        the explicit value, else 1."""
+        return self._topology()[0]
 
     @property
     def rank(self) -> int:
-        """This replica's rank: the explicit value, else the process group's (0 outside DDP)."""
-        return self._rank if self._rank is not None else _world(self.process_group)[1]
+        """This replica's rank: the process group's (an explicit value must equal it); outside DDP
+        the explicit value, else 0."""
+        return self._topology()[1]
 
     @property
     def batch_size(self) -> int:
@@ -198,27 +253,119 @@ class DistributedPrioritizedSampler(Sampler[int]):
         yield from self.ledger
 
     def set_epoch(self, epoch: int) -> None:
-        """Record the epoch (``DistributedSampler`` protocol); draws depend on the RNG only."""
-        self.epoch = int(epoch)
-        self.ledger.set_epoch(epoch)
+        """Record the epoch (``DistributedSampler`` protocol); draws depend on the RNG only.
+
+        ``epoch`` must be an integer >= 0 (what :meth:`load_state_dict` accepts); anything else
+        raises before the wrapper or the wrapped sampler changes.
+        """
+        value = check_integer(epoch, "epoch")
+        if value < 0:
+            raise ValueError(f"epoch should be an integer >= 0, but got epoch={epoch!r}")
+        self.ledger.set_epoch(value)
+        self.epoch = value
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The ledger's state (the wrapped sampler's, the epoch position and the unclaimed global
-        draws) and the epoch; the same on every rank, so rank 0's checkpoint restores all of them."""
-        return {**self.ledger.state_dict(), "epoch": self.epoch}
+        draws), the epoch and the world size ``num_replicas``; the same on every rank, so rank 0's
+        checkpoint restores all of them, under this world size or another (see the module)."""
+        replicas = self.num_replicas
+        return {**self.ledger.state_dict(), "epoch": self.epoch, "num_replicas": replicas}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output; a malformed state raises and changes nothing.
 
         Every key is validated before the wrapped sampler's (atomic) load.  If the saved epoch was
         not finished, the next iteration finishes it: it replays the batches drawn but not claimed
-        at save time, then draws exactly as the saved sampler would have.
+        at save time, then draws exactly as the saved sampler would have.  A state saved by another
+        world size is re-sharded (the module docstring), or refused with both sizes named where it
+        cannot be; a state without ``num_replicas`` (written before it was recorded) counts as
+        saved by this world size.
         """
-        parsed = self.ledger.parse(state, extra_keys=frozenset({"epoch"}))
+        replicas = self.num_replicas  # a misdeclared world raises before the state is read
+        saved, keys = replicas, frozenset({"epoch"})
+        if isinstance(state, Mapping) and "num_replicas" in state:
+            saved, keys = state["num_replicas"], keys | {"num_replicas"}
+            if not _is_count(saved):
+                raise ValueError(
+                    f"state_dict num_replicas should be an integer >= 1, but got num_replicas={saved!r:.80}"
+                )
+            saved = int(saved)
+        if saved != replicas:
+            state = self._reshard(state, keys, saved, replicas)
+        parsed = self.ledger.parse(state, extra_keys=keys)
         epoch = state["epoch"]
         if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
             raise ValueError(f"state_dict epoch should be an integer >= 0, but got epoch={epoch!r}")
+        for i, (draw, _) in enumerate(parsed.pending):
+            if draw.indices.shape[0] % replicas:
+                raise ValueError(
+                    f"state_dict pending[{i}] should hold a multiple of num_replicas={replicas} "
+                    f"indices (one batch per rank), but got {draw.indices.shape[0]}"
+                )
         self.ledger.apply(parsed)
         self.epoch = int(epoch)
         self._synced = True
+
+    def _reshard(
+        self, state: Mapping[str, Any], keys: frozenset[str], saved: int, replicas: int
+    ) -> dict[str, Any]:
+        """``state``, saved by ``saved`` ranks, as ``replicas`` ranks would have written it at the
+        same point of the global draw; raises (changing nothing) where no such state exists."""
+        old = DrawLedger(self.sampler, topology=lambda: (saved, 0)).parse(state, extra_keys=keys)
+        length = _sampler_facts(old.sampler, self.sampler.capacity)[2]
+        total, new_total = math.ceil(length / saved), math.ceil(length / replicas)
+        refused = f"a state saved by num_replicas={saved} cannot resume with num_replicas={replicas}"
+        # The per-rank batches in hand, in the order their updates are applied: draw by draw, rank by rank.
+        batches: list[tuple[Draw, float]] = []
+        for i, (draw, beta) in enumerate(old.pending):
+            if draw.indices.shape[0] % saved:
+                raise ValueError(
+                    f"{refused}: its pending[{i}] holds {draw.indices.shape[0]} indices, "
+                    f"not a multiple of {saved} (one batch per rank)"
+                )
+            batches += [(_slice(draw, slice(r, None, saved)), beta) for r in range(saved)]
+        held = sum(d.indices.shape[0] for d, _ in batches)
+        if not batches and old.yielded in (0, total):  # between epochs: the next one is R''s own
+            return {**state, "yielded": 0 if old.yielded == 0 else new_total, "pending": []}
+        if len(batches) % replicas:
+            raise ValueError(
+                f"{refused} here: the per-rank batches drawn and not yet trained on ({len(batches)}) "
+                f"cannot be shared evenly by {replicas} ranks (resume with num_replicas={saved}, or "
+                "from a checkpoint taken with none in hand)"
+            )
+        pending = []
+        for start in range(0, len(batches), replicas):
+            group = batches[start : start + replicas]
+            if len({d.indices.shape[0] for d, _ in group}) > 1 or len({beta for _, beta in group}) > 1:
+                raise ValueError(
+                    f"{refused} here: per-rank batches {start} to {start + replicas - 1} in hand differ "
+                    f"in size or β, so they cannot make one draw of {replicas} ranks"
+                )
+            pending.append(_interleave(group))
+        left = saved * (total - old.yielded)  # global indices the epoch has still to draw
+        yielded = new_total - left // replicas
+        if left % replicas or yielded < held // replicas:
+            raise ValueError(
+                f"{refused} here: the {left + held} global indices left in this epoch (of {length} "
+                f"slots) do not make whole per-rank shares of an epoch of {replicas} ranks "
+                f"({new_total} indices each)"
+            )
+        return {**state, "yielded": yielded, "pending": pending}
+
+
+def _slice(draw: Draw, part: slice) -> Draw:
+    return Draw(draw.indices[part], draw.weights[part], draw.probabilities[part])
+
+
+def _interleave(group: list[tuple[Draw, float]]) -> dict[str, Any]:
+    """One global draw whose rank ``r`` slice (positions ``r, r + R, …``) is ``group[r]``: the
+    pending entry of :meth:`~prisample.ledger.DrawLedger.state_dict`."""
+    replicas, k = len(group), group[0][0].indices.shape[0]
+    indices = np.empty(k * replicas, dtype=np.int64)
+    weights = np.empty(k * replicas, dtype=np.float32)
+    probabilities = np.empty(k * replicas, dtype=np.float64)
+    for r, (draw, _) in enumerate(group):
+        indices[r::replicas], weights[r::replicas] = draw.indices, draw.weights
+        probabilities[r::replicas] = draw.probabilities
+    return {"indices": indices, "weights": weights, "probabilities": probabilities, "beta": group[0][1]}

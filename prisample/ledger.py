@@ -215,6 +215,8 @@ class DrawLedger(Sampler[int]):
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state, the epoch position and the unclaimed draws (the same on every rank)."""
         with self.sampler.lock:
+            # Loaded and not yet iterated: the loaded draws are not in _pending until the replay.
+            pending = self._pending if self._resume is None else self._resume.pending
             return {
                 "version": STATE_VERSION,
                 "sampler": self.sampler.state_dict(),
@@ -226,7 +228,7 @@ class DrawLedger(Sampler[int]):
                         "probabilities": d.probabilities.copy(),
                         "beta": beta,
                     }
-                    for d, beta in self._pending
+                    for d, beta in pending
                 ],
             }
 
