@@ -47,7 +47,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from prisample._validation import check_positive_int, check_real
+from prisample._validation import (
+    as_indices,
+    as_priorities,
+    check_finite_priorities,
+    check_positive_int,
+    check_real,
+    short_repr,
+    to_numpy,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -98,11 +106,30 @@ def _host(values: Any, dtype: type[np.generic]) -> npt.NDArray[Any]:
 
 
 def _indices(values: Any, capacity: int, name: str = "indices") -> IntArray:
-    idx = _host(values, np.int64)
+    """Slot numbers as the sampler takes them: one-dimensional integers (``TypeError`` for floats
+    and bools, ``ValueError`` for several dimensions), each in ``[0, capacity)``."""
+    idx = as_indices(values, name)
     if idx.shape[0] and (idx.min() < 0 or idx.max() >= capacity):
         bad = int(idx[(idx < 0) | (idx >= capacity)][0])
         raise ValueError(f"{name} should be slots in [0, {capacity}), but got {name} holding {bad}")
     return idx
+
+
+def _reals(values: Any, name: str) -> FloatArray:
+    """A flat float64 copy of real values (``TypeError`` for bools, complex numbers, strings)."""
+    array = to_numpy(values, name)
+    if array.dtype.kind not in "fiu":
+        raise TypeError(
+            f"{name} should hold real numbers, but got dtype {array.dtype} ({name}={short_repr(array)})"
+        )
+    return np.array(array, dtype=np.float64).reshape(-1)
+
+
+def _weights(values: Any, name: str = "weights") -> FloatArray:
+    """Importance weights: real, finite and ``>= 0`` (``ValueError`` naming the first that is not)."""
+    w = _reals(values, name)
+    check_finite_priorities(w, name)
+    return w
 
 
 # -- replay counts ------------------------------------------------------------------------------
@@ -130,9 +157,7 @@ class ReplayCounter:
     """
 
     def __init__(self, capacity: int) -> None:
-        if type(capacity) is not int or capacity < 1:
-            raise ValueError(f"capacity should be an integer >= 1, but got capacity={capacity!r}")
-        self.capacity = capacity
+        self.capacity = check_positive_int(capacity, "capacity")
         self.counts: IntArray = np.zeros(capacity, dtype=np.int64)
         """``M_i`` of the item in each slot (0 for slots never written)."""
         self.live: npt.NDArray[np.bool_] = np.zeros(capacity, dtype=bool)
@@ -145,7 +170,11 @@ class ReplayCounter:
         """Writes observed (slot occurrences, duplicates included)."""
 
     def observe_draw(self, indices: npt.ArrayLike) -> None:
-        """``M_i ← M_i + 1`` for each drawn slot occurrence."""
+        """``M_i ← M_i + 1`` for each drawn slot occurrence.
+
+        ``indices`` (here and in :meth:`observe_write`, :meth:`mark_live`): one-dimensional
+        integers in ``[0, capacity)``; floats and bools raise ``TypeError``, several dimensions
+        or a slot out of range ``ValueError``, and nothing changes."""
         idx = _indices(indices, self.capacity)
         np.add.at(self.counts, idx, 1)
         self.live[idx] = True  # a drawn slot holds an item, whatever was observed before
@@ -224,10 +253,7 @@ class TDSnapshots:
     """
 
     def __init__(self, num_quantiles: int = 101) -> None:
-        if type(num_quantiles) is not int or num_quantiles < 2:
-            raise ValueError(
-                f"num_quantiles should be an integer >= 2, but got num_quantiles={num_quantiles!r}"
-            )
+        num_quantiles = check_positive_int(num_quantiles, "num_quantiles", minimum=2)
         self.levels: FloatArray = np.linspace(0.0, 1.0, num_quantiles)
         self.steps: list[int] = []
         self.quantiles: list[FloatArray] = []
@@ -235,10 +261,19 @@ class TDSnapshots:
         self.sizes: list[int] = []
 
     def record(self, step: int, priorities: npt.ArrayLike) -> None:
-        """Keep the quantiles of the finite ``priorities`` (NaN marks an empty slot); a memory with
-        no filled slot records nothing."""
-        values = _host(priorities, np.float64)
-        values = values[~np.isnan(values)]
+        """Keep the quantiles of the filled slots' ``priorities`` (NaN marks an empty slot); a
+        memory with no filled slot records nothing.  Any other value must be finite and ``>= 0``
+        (``ValueError`` naming the first that is not; nothing is recorded then)."""
+        values = _reals(priorities, "priorities")
+        empty = np.isnan(values)
+        bad = np.flatnonzero(~empty & ~((values >= 0.0) & (values < np.inf)))
+        if bad.shape[0]:
+            j = int(bad[0])
+            raise ValueError(
+                "priorities should be NaN (an empty slot) or finite and >= 0, but got "
+                f"priorities[{j}]={float(values[j])!r}"
+            )
+        values = values[~empty]
         if not values.shape[0]:
             return
         self.steps.append(int(step))
@@ -423,17 +458,16 @@ class WeightStats:
     _FIELDS = ("first_step", "last_step", "count", "sum", "min", "max", "below")
 
     def __init__(self, low: float = 0.1, max_rows: int = 4096) -> None:
-        if type(max_rows) is not int or max_rows < 2:
-            raise ValueError(f"max_rows should be an integer >= 2, but got max_rows={max_rows!r}")
-        self.low = float(low)
-        self.max_rows = max_rows
+        self.low = check_real(low, "low", minimum=0.0)
+        self.max_rows = check_positive_int(max_rows, "max_rows", minimum=2)
         self._rows: list[list[float]] = []
         self._group = 1  # batches per row: doubles at each merge
         self._open = 0  # batches in the last row
 
     def record(self, step: int, weights: Any) -> None:
-        """Add one batch's weights (numpy, list, or a torch tensor on any device)."""
-        w = _host(weights, np.float64)
+        """Add one batch's weights (numpy, list, or a torch tensor on any device), each finite and
+        ``>= 0`` (``ValueError`` naming the first that is not; nothing is recorded then)."""
+        w = _weights(weights)
         if not w.shape[0]:
             return
         row = [
@@ -622,8 +656,8 @@ class Diagnostics:
     ) -> None:
         self.counter: ReplayCounter | None = None if capacity is None else ReplayCounter(capacity)
         self.td = TDSnapshots(num_quantiles)
-        self.weights = WeightStats(max_rows=weight_rows)
-        self.bins = bins
+        self.weights = WeightStats(max_rows=check_positive_int(weight_rows, "weight_rows", minimum=2))
+        self.bins = check_positive_int(bins, "bins")
         self.probability: list[tuple[int, BinnedProbability]] = []
         self.counts_over_time: list[dict[str, float]] = []
         self.last_effective: EffectiveProbability | None = None
@@ -643,33 +677,38 @@ class Diagnostics:
         counter.mark_live(np.flatnonzero(~np.isnan(_host(sampler.priorities, np.float64))))
 
     def on_draw(self, step: int, draw: DrawLike) -> None:
-        """A batch drawn at ``step``: ``M_i += 1`` for its slots, its weights recorded."""
-        idx = _host(draw.indices, np.int64)
+        """A batch drawn at ``step``: ``M_i += 1`` for its slots, its weights recorded.
+
+        ``draw.indices`` are checked as :meth:`ReplayCounter.observe_draw` checks them and
+        ``draw.weights`` as :meth:`WeightStats.record` does, both before anything is recorded."""
         if self.counter is None:
             raise ValueError("Diagnostics needs a capacity: pass capacity= or call attach(sampler) first")
+        idx = _indices(draw.indices, self.counter.capacity, "draw.indices")
+        weights = _weights(draw.weights, "draw.weights")
         self.counter.observe_draw(idx)
-        self.weights.record(step, draw.weights)
+        self.weights.record(step, weights)
 
     def on_update(self, indices: Any, errors: Any) -> None:
-        """New priorities ``|δ_i|`` of ``indices`` (kept as each slot's last-seen error)."""
-        idx, err = _host(indices, np.int64), _host(errors, np.float64)
-        if idx.shape != err.shape:
-            raise ValueError(
-                f"errors should hold one value per index, but got {err.shape[0]} for {idx.shape[0]}"
-            )
+        """New priorities ``|δ_i|`` of ``indices`` (kept as each slot's last-seen error).
+
+        As ``sampler.update_priorities`` takes them: ``indices`` one-dimensional integers in
+        ``[0, capacity)`` (``TypeError`` for floats and bools), ``errors`` one real value per
+        index, each finite and ``>= 0``; on any error nothing is recorded."""
         if self.counter is None:
             raise ValueError("Diagnostics needs a capacity: pass capacity= or call attach(sampler) first")
+        idx = _indices(indices, self.counter.capacity)
+        err = as_priorities(errors, idx.shape[0], "errors")
+        check_finite_priorities(err, "errors")
         if self._last_error is None:
             self._last_error = np.full(self.counter.capacity, np.nan)
-        _indices(idx, self.counter.capacity)
-        self._last_error[idx] = np.abs(err)
+        self._last_error[idx] = err
         self.updates += int(idx.shape[0])
 
     def on_write(self, indices: Any) -> None:
         """Slots (re)written with new items: their replay counts restart at 0."""
         if self.counter is None:
             raise ValueError("Diagnostics needs a capacity: pass capacity= or call attach(sampler) first")
-        idx = _host(indices, np.int64)
+        idx = _indices(indices, self.counter.capacity)
         self.counter.observe_write(idx)
         if self._last_error is not None:
             self._last_error[idx] = np.nan

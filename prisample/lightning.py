@@ -15,7 +15,9 @@ that loop around a ``LightningModule``:
 * before a step it claims the batch's draw: :func:`batch_weights` then gives the training step the
   weights computed when the batch was drawn;
 * the training step returns ``{"loss": ..., "per_sample_loss": ...}``; after the step the callback
-  writes the per-sample losses of exactly the drawn indices as their new priorities;
+  writes the per-sample losses of exactly the drawn indices as their new priorities (real and
+  finite: otherwise a ``TypeError``/``ValueError`` names the key, ``per_sample_loss`` or the
+  ``priority_key`` given, and nothing is written);
 * it logs ``per/beta``, ``per/weight_mean``, ``per/weight_max`` and ``per/max_priority`` (on the
   steps the logger writes, every ``Trainer(log_every_n_steps=...)``), feeds every batch's weights
   to a :class:`~prisample.diagnostics.WeightMonitor` (``weight_mean``: their mean over the last
@@ -74,6 +76,30 @@ def _batch_indices(batch: Any) -> torch.Tensor:
             f"but got a {indices.dtype} tensor of shape {tuple(indices.shape)}"
         )
     return indices
+
+
+def _per_sample_losses(values: Any, key: str) -> torch.Tensor:
+    """The training step's ``outputs[key]``, detached and flat; ``TypeError`` naming ``key`` unless
+    it holds real numbers."""
+    try:
+        losses = torch.as_tensor(values).detach()
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise TypeError(
+            f"{key} should be a tensor of per-sample losses, but got {key}={values!r:.80}"
+        ) from error
+    if losses.dtype == torch.bool or losses.is_complex():
+        raise TypeError(f"{key} should hold real numbers, but got dtype {losses.dtype}")
+    return losses.reshape(-1)
+
+
+def _non_finite(losses: torch.Tensor, key: str) -> str | None:
+    """The message naming ``key`` and the first NaN or infinite loss; ``None`` if all are finite
+    (one value read back, where the update copies them all to the host anyway)."""
+    finite = torch.isfinite(losses)
+    if bool(finite.all()):
+        return None
+    j = int(torch.nonzero(~finite)[0, 0])
+    return f"{key} should be finite, but got {key}[{j}]={float(losses[j])!r}"
 
 
 def _to_tensors(obj: Any) -> Any:
@@ -346,14 +372,23 @@ class PrioritizedSamplingCallback(Callback):
                 f"loss, one value per sample; a returned tensor arrives as {{'loss': tensor}}), "
                 f"but got {got}"
             )
-        losses = torch.as_tensor(outputs[key]).detach().reshape(-1)
+        losses = _per_sample_losses(outputs[key], key)
         if self._batch_indices is None or losses.shape[0] != self._batch_indices.shape[0]:
             raise ValueError(
                 f"{key} should hold one value per sample of the batch (reduction='none'), "
                 f"but got shape {tuple(torch.as_tensor(outputs[key]).shape)}"
             )
-        # PER: the drawn examples' new priorities are their losses, p_i = |loss_i| (+ ε inside).
-        self._driver.update_priorities(self._batch_indices, losses.abs().double())
+        bad = _non_finite(losses, key)
+        if bad is not None and not isinstance(self._driver, DistributedPrioritizedSampler):
+            raise ValueError(bad)
+        try:
+            # PER: the drawn examples' new priorities are their losses, p_i = |loss_i| (+ ε inside).
+            self._driver.update_priorities(self._batch_indices, losses.abs().double())
+        except ValueError as error:
+            if bad is None:
+                raise
+            # Under DDP the update is a collective that refuses on every rank, after the gather.
+            raise ValueError(bad) from error
         if self.diagnostics is not None:
             self.diagnostics.on_update(self._batch_indices, losses.abs())
         # Lightning writes on_step values every log_every_n_steps; a log() call costs about a

@@ -51,7 +51,12 @@ from stable_baselines3.common.type_aliases import GymEnv
 from stable_baselines3.common.vec_env import VecNormalize
 from stable_baselines3.dqn.policies import DQNPolicy
 
-from prisample._validation import check_positive_int, to_numpy
+from prisample._validation import (
+    as_indices,
+    as_priorities,
+    check_positive_int,
+    to_numpy,
+)
 from prisample.diagnostics import WeightMonitor
 from prisample.sampler import PrioritizedSampler
 from prisample.weights import LinearSchedule, WeightNorm, check_beta
@@ -201,9 +206,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     ) -> PrioritizedReplayBufferSamples:
         """Draw ``batch_size`` slots (stratified, ``P(i) = p_i^α / Σ_k p_k^α``) with their weights.
 
-        Advances a :class:`~prisample.LinearSchedule` β by one draw.
+        Advances a :class:`~prisample.LinearSchedule` β by one draw.  ``batch_size`` must be an
+        integer ``>= 1`` (``TypeError``/``ValueError`` naming it).
         """
-        draw = self.sampler.sample(batch_size)
+        draw = self.sampler.sample(check_positive_int(batch_size, "batch_size"))
         batch_inds, env_indices = np.divmod(draw.indices, self.n_envs)
         fields = self.gather(batch_inds, env_indices, env)
         weights = self.to_torch(draw.weights.reshape(-1, 1))
@@ -237,13 +243,23 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def update_priorities(self, indices: npt.ArrayLike, td_errors: npt.ArrayLike | th.Tensor) -> None:
         """Priorities ``p_i = |δ_i|`` of drawn slots (``td_errors`` of shape ``(k,)`` or ``(k, 1)``,
-        numpy or torch on any device); the last of duplicate slots wins."""
+        numpy or torch on any device); the last of duplicate slots wins.
+
+        ``TypeError``/``ValueError`` naming ``indices`` or ``td_errors``, and nothing changes,
+        unless ``indices`` are integers naming filled slots and ``td_errors`` holds one finite
+        real value per index."""
+        idx = as_indices(indices, "indices")
         errors = to_numpy(td_errors, "td_errors")
         if errors.dtype.kind not in "fiu":
             raise TypeError(f"td_errors should hold real numbers, but got dtype {errors.dtype}")
         if errors.ndim == 2 and errors.shape[1] == 1:
             errors = errors[:, 0]
-        self.sampler.update_priorities(indices, np.abs(errors))
+        values = as_priorities(errors, idx.shape[0], "td_errors")
+        finite = np.isfinite(values)
+        if not finite.all():
+            j = int(np.argmin(finite))
+            raise ValueError(f"td_errors should be finite, but got td_errors[{j}]={float(values[j])!r}")
+        self.sampler.update_priorities(idx, np.abs(values))
 
 
 def weighted_huber(

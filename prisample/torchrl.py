@@ -36,7 +36,10 @@ raise ``eps`` to 0.01 or use ``weight_norm="batch"``).
 Differences from TorchRL's own sampler:
 
 * **New items** enter at the largest raw priority *of the items now in the memory* (1 while it
-  is empty; Algorithm 1, line 6), kept exactly by a max-tree.  TorchRL's default
+  is empty; Algorithm 1, line 6), kept exactly by a max-tree.  Item by item, as
+  :class:`~prisample.replay.PrioritizedReplay`: a written item first evicts the one its slot
+  held, then enters at the maximum of the memory it joins
+  (:meth:`PrioritizedSampler.mark_update`).  TorchRL's default
   (``max_priority_within_buffer=False``) is the running maximum since construction, so one early
   outlier sets the priority of every later item until the sampler is emptied (pytorch/rl#2210);
   its ``max_priority_within_buffer=True`` (pytorch/rl#2215) forgets the maximum when that item is
@@ -321,10 +324,21 @@ class PrioritizedSampler(Sampler):  # type: ignore[misc]  # torchrl ships no typ
         return index, {"priority_weight": weight}
 
     def mark_update(self, index: int | torch.Tensor, *, storage: Storage | None = None) -> None:
-        """Slots just written: they enter at :attr:`default_priority` (called by TorchRL's writers)."""
+        """Slots just written (called by TorchRL's writers): the items they held leave, and the new
+        items enter at the largest priority of the items then in the memory (1 if none).
+
+        As :class:`~prisample.replay.PrioritizedReplay` does, item by item (Algorithm 1, line 6):
+        each new item evicts the one in its slot, then joins at the memory's maximum.  After the
+        first, every later item of the write meets that same maximum (the write's earlier items
+        hold it, the older ones at most it), so the first slot's item leaves and every slot enters
+        at the maximum read then.
+        """
         slots, _ = self._slots(index, storage)
         if slots.shape[0]:
-            self._engine.add(slots)
+            engine = self._engine
+            with engine.lock:
+                engine.remove(slots[:1])
+                engine.add(slots)
 
     def add(self, index: int | torch.Tensor) -> None:
         """TorchRL's hook after a single write: nothing left to do (:meth:`mark_update` did it)."""

@@ -247,11 +247,11 @@ def test_bad_dqn_and_update_arguments_raise_value_error_naming_them() -> None:
     buf = PrioritizedReplayBuffer(8, OBS, ACT, "cpu", seed=0)
     fill([buf], steps=4, n_envs=1)
     before = buf.sampler.priorities
-    with pytest.raises(ValueError, match="priorities"):
+    with pytest.raises(ValueError, match="td_errors"):
         buf.update_priorities([0, 1], [0.5, np.nan])
     with pytest.raises(ValueError, match="one value per index"):
         buf.update_priorities([0, 1], [0.5, 1.0, 2.0])
-    with pytest.raises(ValueError, match="k"):
+    with pytest.raises(ValueError, match="batch_size"):
         buf.sample(0)
     np.testing.assert_array_equal(buf.sampler.priorities, before)  # a rejected call changes nothing
 
