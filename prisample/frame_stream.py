@@ -207,16 +207,17 @@ class FrameStreamDecoder:
         base[heads[:, 0]] = first
         before = np.zeros(self.num_streams, dtype=np.int64)  # each stream's frames before the message
         before[heads[:, 0]] = heads[:, 2]
-        stream = np.broadcast_to(ids[:, None], refs.shape[::2])
-        stacks = []
-        for which in (0, 1):
-            ref = refs[:, which]
-            out = np.empty((*ref.shape, *self.frame_shape), dtype=self.dtype)
-            old = ref < 0
-            out[old] = self._ring[stream[old], (before[stream[old]] + ref[old]) % self.window]
-            out[~old] = frames[base[stream[~old]] + ref[~old]]
-            stacks.append(out)
-        return stacks[0], stacks[1]
+        stream = np.broadcast_to(ids[:, None, None], refs.shape)
+        old = refs < 0
+        # one gather from the old frames referenced (few: the first stacks of each stream) and the new
+        ring_rows = stream[old] * self.window + (before[stream[old]] + refs[old]) % self.window
+        held, position = np.unique(ring_rows, return_inverse=True)
+        ring = self._ring.reshape(self.num_streams * self.window, *self.frame_shape)
+        source = np.concatenate([ring[held], frames])
+        index = np.empty(refs.shape, dtype=np.int64)
+        index[old] = position.reshape(-1)
+        index[~old] = held.shape[0] + base[stream[~old]] + refs[~old]
+        return source[index[:, 0]], source[index[:, 1]]
 
     def advance(self, message: Mapping[str, Any]) -> None:
         """Take a message :meth:`read` accepted: its streams' new frames and counts."""
