@@ -60,7 +60,8 @@ def test_the_shard_stores_the_stacks_the_actor_saw(monkeypatch: pytest.MonkeyPat
         return encode(obs, next_obs, streams)
 
     monkeypatch.setattr(actor.encoder, "encode", recording)
-    actor.run(240, -1, [None])  # version -1: keeps its initial θ (no weights to pull here)
+    no_weights: list[Any] = [None]
+    actor.run(240, -1, no_weights)  # version -1: keeps its initial θ (no weights to pull here)
     totals = actor.finish()
     obs, next_obs, streams = (np.concatenate(column) for column in zip(*seen, strict=True))
     memory = replay.shards[0]._instance.replay.memory

@@ -204,7 +204,7 @@ def test_shard_memory_equals_a_local_memory_fed_the_full_stacks(seed: int) -> No
     rng = np.random.default_rng(seed)
     for rows in messages:
         n = len(rows)
-        columns = {
+        columns: dict[str, Any] = {
             "action": rng.integers(0, 4, n),
             "reward": rng.random(n).astype(np.float32),
             "discount": np.full(n, 0.97, np.float32),
