@@ -16,6 +16,7 @@ pytest.importorskip("ale_py")
 import prisample.ray
 from prisample.ray import RemoteReplay
 from recipes.apex.config import ApexConfig, learner_config
+from recipes.apex.nstep import NStepBuilder
 from recipes.apex.run import ApexActor, make_memory, train
 from recipes.dqn.envs import make_env
 from tests import fake_ray
@@ -40,6 +41,22 @@ def config(tmp_path: Path, **changes: Any) -> ApexConfig:
         learner=LEARNER,
     )
     return ApexConfig(**{**fields, **changes})
+
+
+def test_nstep_builder_tells_each_transitions_environment_and_episode_end() -> None:
+    """What the shard stores per stream: env 0 ends its episode after 4 steps, env 1 is flushed."""
+    builder = NStepBuilder(3, 2)
+    for t in range(4):
+        for env in (0, 1):
+            builder.add(env, np.array([t]), 0, 1.0, 0.9, np.array([t + 1]), env == 0 and t == 3)
+    builder.flush()
+    transitions, envs, ends = builder.take_with_origin()
+    # t=2: env 0's and env 1's t=0 complete; t=3: env 0 ends (its t=1, 2, 3 leave, t=3 the last of
+    # its episode), env 1's t=1 completes; the flush: env 1's t=2, 3 (no episode end)
+    assert envs.tolist() == [0, 1, 0, 0, 0, 1, 1, 1]
+    assert ends.tolist() == [False, False, False, False, True, False, False, False]
+    assert transitions["obs"][:, 0].tolist() == [0, 0, 1, 2, 3, 1, 2, 3]
+    assert builder.ready == 0
 
 
 def test_the_shard_stores_the_stacks_the_actor_saw(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
