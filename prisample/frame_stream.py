@@ -78,8 +78,8 @@ class _Sent:
     def __init__(self) -> None:
         self.transitions = 0
         self.frames = 0
-        self.known: dict[bytes, int] = {}  # a frame's bytes → its latest number
-        self.order: deque[tuple[int, bytes]] = deque()  # (number, bytes), oldest first
+        self.known: dict[bytes, int] = {}  # the bytes of each frame the decoder holds → its number
+        self.order: deque[bytes] = deque()  # those frames, oldest first
 
 
 class FrameStreamEncoder:
@@ -126,17 +126,17 @@ class FrameStreamEncoder:
         counts = {s: 0 for s in order}
         refs = np.empty((n, 2, self.frame_stack), dtype=np.int32)
         for i, s in enumerate(ids.tolist()):
-            sent, oldest = self._streams[s], start[s] - self.window
+            sent = self._streams[s]
             counts[s] += 1
             for which, stack in ((0, obs_array[i]), (1, next_array[i])):
                 for j in range(self.frame_stack):
                     key = stack[j].tobytes()
                     number = sent.known.get(key)
-                    if number is None or number < oldest:
+                    if number is None:
                         number = sent.frames
                         sent.frames += 1
                         sent.known[key] = number
-                        sent.order.append((number, key))
+                        sent.order.append(key)
                         new[s].append(stack[j])
                     refs[i, which, j] = number - start[s]
         heads = np.empty((len(order), 4), dtype=np.int64)
@@ -144,10 +144,8 @@ class FrameStreamEncoder:
             sent = self._streams[s]
             heads[row] = (s, sent.transitions, start[s], len(new[s]))
             sent.transitions += counts[s]
-            while sent.order and sent.order[0][0] < sent.frames - self.window:
-                number, key = sent.order.popleft()
-                if sent.known.get(key) == number:
-                    del sent.known[key]
+            while len(sent.order) > self.window:  # the decoder keeps the stream's last `window`
+                del sent.known[sent.order.popleft()]
         frames = [f for s in order for f in new[s]]
         self.frames_sent += len(frames)
         shape, dtype = frame

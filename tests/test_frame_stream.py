@@ -92,7 +92,7 @@ def test_each_frame_is_sent_once_per_stream(n_step: int) -> None:
     """Repeat padding, distinct frames: the new frames are exactly the distinct frames of every
     stream's episodes (a reset's one frame, then one per step), whatever the message cuts."""
     messages, obs, next_obs, streams, _ = interleaved(7, 3, n_step, "repeat")
-    encoder = FrameStreamEncoder(3, STACK, window=n_step + STACK)
+    encoder = FrameStreamEncoder(3, STACK, window=n_step + STACK - 1)  # s_t's oldest to s_{t+n}'s newest
     for rows in messages:
         encoder.encode(obs[rows], next_obs[rows], streams[rows])
     distinct = sum(
