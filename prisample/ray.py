@@ -35,6 +35,12 @@ Exactness, stated once:
   (ray-project/ray#6534).  With prefetch depth ``d`` a batch is drawn before the updates of the
   ``d`` batches before it land (measured in ``docs/scaling.md``).
 
+Frame stacks (Atari): shards built with ``frame_stack > 1`` and ``num_streams`` (one per
+environment of every actor) store each stream's frames once, as a local memory does; actors send
+:mod:`prisample.frame_stream` messages (each stream's new frames once, the stacks as references)
+through the same :meth:`RemoteReplay.add`, and :meth:`ReplayShard.add_frames` rebuilds the stacks
+bit for bit before storing them on their streams.
+
 Checkpoints: :meth:`RemoteReplay.state_dict` holds every shard's memory and sampler and the
 learner side's random state and draw count; :meth:`RemoteReplay.load_state_dict` stages the
 state in every shard, and only when every shard accepted it commits — else nothing changes.
@@ -344,7 +350,9 @@ class RemoteReplay:
     ) -> Ref:
         """Send ``n`` transitions (a mapping of arrays with a leading axis ``n``: ``obs``,
         ``action``, ``reward``, ``discount``, ``next_obs``, optional ``episode_end`` and extras)
-        with their initial ``priorities`` to ``shard`` (default: the next in turn).  Returns the
+        with their initial ``priorities`` to ``shard`` (default: the next in turn), or a
+        :class:`~prisample.frame_stream.FrameStreamEncoder` message with those fields beside it
+        (:meth:`ReplayShard.add_frames`; send a stream's messages to one shard).  Returns the
         call's ``ObjectRef`` (its value: ``n``); ``ray.get`` it to wait or to see an error."""
         if shard is None:
             shard, self._next_shard = self._next_shard, (self._next_shard + 1) % self.num_shards

@@ -101,6 +101,7 @@ def test_pong_end_to_end_on_ray(ray_local: Any, tmp_path: Path) -> None:
     )
     wire = saved["wire"]
     assert wire["transitions"] == saved["transitions_sent"] > 0
+    assert 0.5 < wire["frames_per_transition"] < 1.1  # a reset's frames more, frames Pong repeats fewer
     assert (
         wire["bytes_per_transition"]
         < 0.15 * FULL_STACKS

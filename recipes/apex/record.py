@@ -222,11 +222,13 @@ class RunRecord:
 
 def wire_summary(totals: list[dict[str, Any]]) -> dict[str, Any]:
     """Bytes the actors' sends took as pickled, per transition: as sent (frame stacks one frame
-    at a time for Atari) and as the same transitions with whole stacks would have been."""
+    at a time for Atari) and as the same transitions with whole stacks would have been; and the
+    frames sent per transition (Atari; 0 otherwise)."""
     sent = max(sum(t["transitions"] for t in totals), 1)
     return {
         "bytes_per_transition": sum(t["wire_bytes"] for t in totals) / sent,
         "full_stack_bytes_per_transition": sum(t["stack_bytes"] for t in totals) / sent,
+        "frames_per_transition": sum(t["frames_sent"] for t in totals) / sent,
         "transitions": sum(t["transitions"] for t in totals),
     }
 

@@ -147,7 +147,7 @@ class ApexActor:
         self.writer = ReplayWriter(replay, shard=index % replay.num_shards, max_pending=config.max_pending)
         self.timer = Timer(totals=dict.fromkeys(ACTOR_PARTS, 0.0))
         self.counts = {"steps": 0, "transitions": 0, "reset_steps": 0, "episodes": 0, "pulls": 0}
-        self.counts.update(wire_bytes=0, stack_bytes=0)
+        self.counts.update(wire_bytes=0, stack_bytes=0, frames_sent=0)
         self.encoder, self.first_stream = frame_encoder(config, self.spec), index * config.envs_per_actor
 
     def run(
@@ -220,6 +220,7 @@ class ApexActor:
                 )
                 rest = {key: value for key, value in transitions.items() if key not in ("obs", "next_obs")}
                 message = {**stacks, **rest, "episode_end": ends}
+                self.counts["frames_sent"] = self.encoder.frames_sent
             self.writer.add(message, priorities)
         self.counts["wire_bytes"] += wire_nbytes(message, priorities)
         self.counts["stack_bytes"] += wire_nbytes(transitions, priorities)
