@@ -35,6 +35,12 @@ Exactness, stated once:
   (ray-project/ray#6534).  With prefetch depth ``d`` a batch is drawn before the updates of the
   ``d`` batches before it land (measured in ``docs/scaling.md``).
 
+Frame stacks (Atari): shards built with ``frame_stack > 1`` and ``num_streams`` (one per
+environment of every actor) store each stream's frames once, as a local memory does; actors send
+:mod:`prisample.frame_stream` messages (each stream's new frames once, the stacks as references)
+through the same :meth:`RemoteReplay.add`, and :meth:`ReplayShard.add_frames` rebuilds the stacks
+bit for bit before storing them on their streams.
+
 Checkpoints: :meth:`RemoteReplay.state_dict` holds every shard's memory and sampler and the
 learner side's random state and draw count; :meth:`RemoteReplay.load_state_dict` stages the
 state in every shard, and only when every shard accepted it commits — else nothing changes.
@@ -55,6 +61,7 @@ import numpy.typing as npt
 import ray
 
 from prisample._validation import check_finite_priorities, check_positive_int, to_numpy
+from prisample.frame_stream import FRAME_KEYS, FRAME_WINDOW, FrameStreamDecoder
 from prisample.replay import PrioritizedReplay
 from prisample.weights import WEIGHT_NORMS, LinearSchedule, WeightNorm, check_beta, importance_weights
 
@@ -84,20 +91,23 @@ class ReplayShard:
     """One :class:`~prisample.PrioritizedReplay` served to remote callers: what a Ray actor holds.
 
     A plain class (``ray.remote(ReplayShard)`` makes the actor), so it is tested in-process too.
-    Transitions arrive complete (``n_step = 1``, ``frame_stack = 1``): an Ape-X actor builds its
-    n-step returns before sending.  Every call returns plain numpy values and Python numbers.
+    Transitions arrive complete (``n_step = 1``): an Ape-X actor builds its n-step returns before
+    sending.  With ``frame_stack > 1`` (and ``num_streams``: one per environment of every actor)
+    the memory stores each stream's frames once, and stacks arrive as
+    :mod:`prisample.frame_stream` messages (:meth:`add_frames`).  Every call returns plain numpy
+    values and Python numbers.
     """
 
     def __init__(self, capacity: int, obs_shape: tuple[int, ...], **replay_options: Any) -> None:
-        for name, value in (("n_step", 1), ("frame_stack", 1)):
-            if replay_options.get(name, value) != value:
-                raise ValueError(
-                    f"{name} should be 1 in a remote memory (actors send complete transitions), "
-                    f"but got {name}={replay_options[name]!r}"
-                )
+        if replay_options.get("n_step", 1) != 1:
+            raise ValueError(
+                "n_step should be 1 in a remote memory (actors send complete transitions), "
+                f"but got n_step={replay_options['n_step']!r}"
+            )
         self._args = (capacity, obs_shape, replay_options)
         self.replay = PrioritizedReplay(capacity, obs_shape, **replay_options)
         self._staged: PrioritizedReplay | None = None
+        self._decoder: FrameStreamDecoder | None = None
 
     def add(self, transitions: Mapping[str, Any], priorities: npt.ArrayLike | None = None) -> int:
         """Store ``n`` transitions (``transitions[key]`` with a leading axis ``n``), at
@@ -106,6 +116,8 @@ class ReplayShard:
             raise TypeError(
                 f"transitions should be a mapping of arrays, but got {type(transitions).__name__}"
             )
+        if "frame_refs" in transitions:
+            return self.add_frames(transitions, priorities)
         missing = [key for key in TRANSITION_FIELDS if key not in transitions]
         if missing:
             raise ValueError(f"transitions should hold {TRANSITION_FIELDS}, but lack {missing}")
@@ -121,6 +133,45 @@ class ReplayShard:
             **extras,
         )
         return n
+
+    def add_frames(self, message: Mapping[str, Any], priorities: npt.ArrayLike | None = None) -> int:
+        """Store the ``n`` transitions of a :class:`~prisample.frame_stream.FrameStreamEncoder`
+        message (its keys, with ``action``, ``reward``, ``discount``, optional ``episode_end`` and
+        extras beside them): the stacks are rebuilt from each stream's last frames and stored on
+        their streams; returns ``n``.  A message refused (malformed, not continuing its stream, or
+        refused by the memory) changes nothing.  The streams' last frames are not part of
+        :meth:`state_dict`: a restored shard goes on with the encoders' streams as they are."""
+        if not isinstance(message, Mapping):
+            raise TypeError(f"message should be a mapping of arrays, but got {type(message).__name__}")
+        memory = self.replay.memory
+        if memory.frame_stack == 1:
+            raise ValueError("add_frames needs a memory with frame_stack > 1, but got frame_stack=1")
+        missing = [key for key in (*FRAME_KEYS, "action", "reward", "discount") if key not in message]
+        if missing:
+            raise ValueError(
+                f"message should hold {FRAME_KEYS} and the transitions' fields, but lacks {missing}"
+            )
+        if self._decoder is None:
+            frames = to_numpy(message["frames"], "frames")
+            dtype = memory.obs_dtype if memory.obs_dtype is not None else frames.dtype
+            self._decoder = FrameStreamDecoder(
+                memory.num_streams, memory.frame_stack, self._args[1], dtype, window=FRAME_WINDOW
+            )
+        obs, next_obs = self._decoder.read(message)
+        skip = (*FRAME_KEYS, *TRANSITION_FIELDS, "episode_end")
+        self.replay.add_many(
+            obs,
+            message["action"],
+            message["reward"],
+            message["discount"],
+            next_obs,
+            episode_end=message.get("episode_end"),
+            streams=to_numpy(message["stream"], "stream").astype(np.int64),
+            priorities=priorities,
+            **{key: value for key, value in message.items() if key not in skip},
+        )
+        self._decoder.advance(message)
+        return int(obs.shape[0])
 
     def info(self) -> dict[str, Any]:
         """``size``, ``total_mass`` and ``min_probability`` of the sampler (what an allocation
@@ -299,7 +350,9 @@ class RemoteReplay:
     ) -> Ref:
         """Send ``n`` transitions (a mapping of arrays with a leading axis ``n``: ``obs``,
         ``action``, ``reward``, ``discount``, ``next_obs``, optional ``episode_end`` and extras)
-        with their initial ``priorities`` to ``shard`` (default: the next in turn).  Returns the
+        with their initial ``priorities`` to ``shard`` (default: the next in turn), or a
+        :class:`~prisample.frame_stream.FrameStreamEncoder` message with those fields beside it
+        (:meth:`ReplayShard.add_frames`; send a stream's messages to one shard).  Returns the
         call's ``ObjectRef`` (its value: ``n``); ``ray.get`` it to wait or to see an error."""
         if shard is None:
             shard, self._next_shard = self._next_shard, (self._next_shard + 1) % self.num_shards

@@ -78,7 +78,6 @@ def test_nstep_builder_interleaves_environments_and_flushes_open_windows() -> No
         ({"total_steps": 602}, "total_steps should be a multiple of envs_per_actor=4"),
         ({"actor_sync_every": 10}, "actor_sync_every should be a multiple"),
         ({"arm": "lap"}, "arm should be one of"),
-        ({"env": "ALE/Pong-v5"}, "env should be a classic-control or MinAtar id"),
         ({"learner": {"seed": 3}}, "learner should name fields"),
         ({"learner": {"lr": -1.0}}, "lr should be > 0"),
         ({"max_replay_ratio": 0.0}, "max_replay_ratio should be > 0"),

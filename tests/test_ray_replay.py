@@ -238,11 +238,10 @@ def test_bad_arguments_are_refused_naming_them(local: Any) -> None:
 
 
 def test_shard_refuses_what_a_remote_memory_cannot_hold() -> None:
-    """In-process: n-step and frame stacking belong to the actor; a bad add changes nothing."""
+    """In-process: n-step belongs to the actor (frame stacks: tests/test_frame_stream.py); a bad
+    add changes nothing."""
     with pytest.raises(ValueError, match="n_step"):
         ReplayShard(8, (2,), n_step=3)
-    with pytest.raises(ValueError, match="frame_stack"):
-        ReplayShard(8, (2,), frame_stack=4)
     shard = ReplayShard(8, (2,), obs_dtype=np.float64, extras={"tag": ((), np.int64)})
     with pytest.raises(ValueError, match="lack"):
         shard.add({"obs": np.zeros((1, 2))})

@@ -20,7 +20,7 @@ import ray
 
 from recipes.common import cli, outputs
 from recipes.dqn.config import PAPER_ARMS, DDQNConfig, load_config
-from recipes.dqn.envs import check_env, env_family
+from recipes.dqn.envs import check_env
 
 SET_BY_APEX = ("env", "arm", "seed", "total_steps", "n_step", "device")
 """Fields of the learner's :class:`DDQNConfig` that :class:`ApexConfig` sets itself."""
@@ -34,7 +34,8 @@ class ApexConfig:
     ``arm``; ``learner`` overrides them."""
 
     env: str = "CartPole-v1"
-    """Gymnasium id: e.g. CartPole-v1 (classic control) or MinAtar/Breakout-v1."""
+    """Gymnasium id: e.g. CartPole-v1 (classic control), MinAtar/Breakout-v1 or ALE/Pong-v5 (its
+    stacks travel and are stored one frame at a time: prisample.frame_stream)."""
     arm: str = "proportional"
     """The recipe's arm (recipes/dqn/configs/arms/<arm>.yaml): uniform, proportional or rank."""
     actors: int = 2
@@ -90,12 +91,6 @@ class ApexConfig:
 
     def __post_init__(self) -> None:
         check_env(self.env)
-        cli.require(
-            env_family(self.env) != "atari",
-            "env",
-            "be a classic-control or MinAtar id (the remote memory stores no frame stacks)",
-            self.env,
-        )
         cli.one_of(self, "arm", PAPER_ARMS)
         cli.positive(self, "actors", "envs_per_actor", "actor_cpus", "total_steps", "n_step")
         cli.positive(self, "actor_batch", "actor_sync_every", "max_pending", "publish_every", "shards")

@@ -36,6 +36,7 @@ class NStepBuilder:
         self._pending: list[list[list[Any]]] = [[] for _ in range(num_envs)]  # [obs, action, G, Γ]
         self._last_next: list[Any] = [None] * num_envs
         self._ready: list[tuple[Any, ...]] = []
+        self._origin: list[tuple[int, bool]] = []  # (env, last of its episode) of each ready one
 
     @property
     def ready(self) -> int:
@@ -65,7 +66,7 @@ class NStepBuilder:
         pending.append([obs, action, float(reward), float(discount)])
         self._last_next[env] = next_obs
         if episode_end:
-            self._emit(env, len(pending))
+            self._emit(env, len(pending), episode_end=True)
         elif len(pending) == self.n:
             self._emit(env, 1)
 
@@ -77,18 +78,30 @@ class NStepBuilder:
 
     def take(self) -> dict[str, np.ndarray]:
         """The complete transitions as arrays with a leading axis (``FIELDS``); then none is ready."""
-        obs, action, reward, discount, next_obs = zip(*self._ready, strict=True)
-        self._ready = []
-        return {
-            "obs": np.stack(obs),
-            "action": np.asarray(action, dtype=np.int64),
-            "reward": np.asarray(reward, dtype=np.float32),
-            "discount": np.asarray(discount, dtype=np.float32),
-            "next_obs": np.stack(next_obs),
-        }
+        return self.take_with_origin()[0]
 
-    def _emit(self, env: int, count: int) -> None:
+    def take_with_origin(self) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """:meth:`take`, with each transition's environment (int64) and whether it is the last
+        of its episode (bool; a flushed window is not): what a memory of frame stacks stores
+        per stream."""
+        obs, action, reward, discount, next_obs = zip(*self._ready, strict=True)
+        envs, ends = (np.asarray(column) for column in zip(*self._origin, strict=True))
+        self._ready, self._origin = [], []
+        return (
+            {
+                "obs": np.stack(obs),
+                "action": np.asarray(action, dtype=np.int64),
+                "reward": np.asarray(reward, dtype=np.float32),
+                "discount": np.asarray(discount, dtype=np.float32),
+                "next_obs": np.stack(next_obs),
+            },
+            envs.astype(np.int64),
+            ends.astype(bool),
+        )
+
+    def _emit(self, env: int, count: int, episode_end: bool = False) -> None:
         pending, next_obs = self._pending[env], self._last_next[env]
-        for obs, action, g, gamma in pending[:count]:
+        for k, (obs, action, g, gamma) in enumerate(pending[:count]):
             self._ready.append((obs, action, g, gamma, next_obs))
+            self._origin.append((env, episode_end and k == count - 1))
         del pending[:count]

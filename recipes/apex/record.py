@@ -200,6 +200,7 @@ class RunRecord:
                 "recipe_updates_per_env_step": 1.0 / cfg.replay_period,
             },
             "dropped_updates": stats["dropped_updates"],
+            "wire": wire_summary(totals),
             "weights": {
                 "publishes": learner.publishes,
                 "publish_ms_mean": 1e3 * timing["publish"] / max(learner.publishes, 1),
@@ -217,6 +218,19 @@ class RunRecord:
             "best_policy_episodes": best.episodes if best is not None else 0,
             "train_returns_last_20": float(np.mean(self.returns[-20:])) if self.returns else math.nan,
         }
+
+
+def wire_summary(totals: list[dict[str, Any]]) -> dict[str, Any]:
+    """Bytes the actors' sends took as pickled, per transition: as sent (frame stacks one frame
+    at a time for Atari) and as the same transitions with whole stacks would have been; and the
+    frames sent per transition (Atari; 0 otherwise)."""
+    sent = max(sum(t["transitions"] for t in totals), 1)
+    return {
+        "bytes_per_transition": sum(t["wire_bytes"] for t in totals) / sent,
+        "full_stack_bytes_per_transition": sum(t["stack_bytes"] for t in totals) / sent,
+        "frames_per_transition": sum(t["frames_sent"] for t in totals) / sent,
+        "transitions": sum(t["transitions"] for t in totals),
+    }
 
 
 def describe_device(device: torch.device) -> str:

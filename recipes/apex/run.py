@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
 import sys
 import time
 from typing import Any
@@ -82,6 +83,7 @@ import numpy as np
 import ray
 import torch
 
+from prisample.frame_stream import FrameStreamEncoder
 from prisample.ray import RemoteBatch, RemoteReplay, ReplayWriter
 from recipes.apex.config import PROG, ApexConfig, learner_config, ray_cpus, run_dir, start_ray
 from recipes.apex.fleet import ActorFleet, publish, start_actors
@@ -145,6 +147,8 @@ class ApexActor:
         self.writer = ReplayWriter(replay, shard=index % replay.num_shards, max_pending=config.max_pending)
         self.timer = Timer(totals=dict.fromkeys(ACTOR_PARTS, 0.0))
         self.counts = {"steps": 0, "transitions": 0, "reset_steps": 0, "episodes": 0, "pulls": 0}
+        self.counts.update(wire_bytes=0, stack_bytes=0, frames_sent=0)
+        self.encoder, self.first_stream = frame_encoder(config, self.spec), index * config.envs_per_actor
 
     def run(
         self, steps: int, version: int, weights: list[ray.ObjectRef[dict[str, np.ndarray]]]
@@ -205,12 +209,35 @@ class ApexActor:
         return {**self.counts, "stored": stored, "epsilon": self.epsilon, "timing_s": dict(self.timer.totals)}
 
     def _send(self) -> None:
-        transitions = self.builder.take()
+        transitions, envs, ends = self.builder.take_with_origin()
         with self.timer("priorities"):
             priorities = initial_priorities(self.q, transitions, self.learner.clip_priority)
         with self.timer("send"):  # waits while max_pending earlier sends are unanswered
-            self.writer.add(transitions, priorities)
+            message = transitions
+            if self.encoder is not None:  # each environment's new frames once (its stream)
+                stacks = self.encoder.encode(
+                    transitions["obs"], transitions["next_obs"], self.first_stream + envs
+                )
+                rest = {key: value for key, value in transitions.items() if key not in ("obs", "next_obs")}
+                message = {**stacks, **rest, "episode_end": ends}
+                self.counts["frames_sent"] = self.encoder.frames_sent
+            self.writer.add(message, priorities)
+        self.counts["wire_bytes"] += wire_nbytes(message, priorities)
+        self.counts["stack_bytes"] += wire_nbytes(transitions, priorities)
         self.counts["transitions"] += len(priorities)
+
+
+def frame_encoder(config: ApexConfig, spec: EnvSpec) -> FrameStreamEncoder | None:
+    """For stacked observations (Atari), the actors' encoder: one stream per environment of every
+    actor (actor ``i``'s environment ``e`` is stream ``i · envs_per_actor + e``); else None."""
+    if spec.frame_stack == 1:
+        return None
+    return FrameStreamEncoder(config.actors * config.envs_per_actor, spec.frame_stack)
+
+
+def wire_nbytes(message: dict[str, np.ndarray], priorities: np.ndarray) -> int:
+    """Bytes of a send as pickled (protocol 5, what Ray's serializer builds on)."""
+    return len(pickle.dumps((message, priorities), protocol=5))
 
 
 # -- the memory ------------------------------------------------------------------------------------
@@ -220,10 +247,14 @@ def make_memory(config: ApexConfig, cfg: DDQNConfig, spec: EnvSpec) -> RemoteRep
     """One prioritized memory for every actor, ``config.shards`` Ray actors holding it
     (Schaul et al. 2016, Secs. 3.3-3.4): ``P(j) = p_j^α / Σ_i p_i^α``, weights ``(N·P(j))^-β / max_i w_i``;
     a sliding window, the oldest transitions leaving as new ones arrive (Horgan et al., Algorithm 2,
-    line 9)."""
+    line 9).  Stacked observations (Atari) are stored one frame at a time on each actor
+    environment's stream, as :func:`frame_encoder`'s messages bring them."""
+    stacked: dict[str, Any] = {}
+    if spec.frame_stack > 1:
+        stacked = {"frame_stack": spec.frame_stack, "num_streams": config.actors * config.envs_per_actor}
     return RemoteReplay(
         cfg.memory_size,
-        spec.obs_shape,
+        spec.obs_shape[1:] if stacked else spec.obs_shape,
         shards=config.shards,
         beta=cfg.beta0,
         weight_norm=cfg.weight_norm,
@@ -232,6 +263,7 @@ def make_memory(config: ApexConfig, cfg: DDQNConfig, spec: EnvSpec) -> RemoteRep
         alpha=cfg.alpha,
         eps=cfg.priority_eps,
         backend=cfg.replay,
+        **stacked,
     )
 
 
@@ -369,6 +401,7 @@ SHOWN = (
     "learner_updates_per_s",
     "replay_ratio",
     "dropped_updates",
+    "wire",
     "best_policy_score",
     "wall_s",
 )
