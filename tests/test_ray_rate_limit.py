@@ -24,6 +24,7 @@ from prisample.ray import RemoteReplay, ReplayWriter
 from tests import fake_ray
 
 LONG_S = 120.0  # a call that should proceed does so long before this, even on a loaded machine
+# (the limiters wait twice as long: a planted hang shows as a test failure, not a late TimeoutError)
 
 
 def bounded(call: Callable[[], Any]) -> dict[str, Any]:
@@ -70,7 +71,7 @@ def test_a_fast_writer_waits_for_a_slow_learner(ray_local: Any) -> None:
     ray = ray_local
     spi, k, min_size, buffer = 2.0, 16, 20, 40.0
     replay = memory(
-        samples_per_insert=spi, min_size_to_sample=min_size, error_buffer=buffer, rate_timeout=LONG_S
+        samples_per_insert=spi, min_size_to_sample=min_size, error_buffer=buffer, rate_timeout=2 * LONG_S
     )
     low, high = spi * min_size - buffer, spi * min_size + buffer
 
@@ -108,7 +109,7 @@ def test_a_fast_learner_waits_for_a_slow_writer_and_its_prefetcher_closes(ray_lo
         samples_per_insert=spi,
         min_size_to_sample=min_size,
         error_buffer=buffer,
-        rate_timeout=LONG_S,
+        rate_timeout=2 * LONG_S,
     )
     low, high = spi * min_size - buffer, spi * min_size + buffer
     out = ReplayWriter(replay, max_pending=1)
