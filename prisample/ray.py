@@ -292,8 +292,8 @@ class RateLimiterActor:
 
 
 def _count_transitions(transitions: Mapping[str, Any]) -> int:
-    """``n`` of a batch for :meth:`ReplayShard.add`, for the rate limiter: refuses what the shard
-    would refuse for its shape, before the limiter counts it."""
+    """``n`` of a batch for :meth:`ReplayShard.add`, for the rate limiter: a batch the shard would
+    refuse for its type or keys is refused here, before the limiter counts it."""
     if not isinstance(transitions, Mapping):
         raise TypeError(f"transitions should be a mapping of arrays, but got {type(transitions).__name__}")
     missing = [key for key in TRANSITION_FIELDS if key not in transitions]

@@ -172,6 +172,13 @@ def test_timeouts_shutdown_and_checkpoints(ray_local: Any) -> None:
             replay.load_state_dict(bad)
         assert replay.state_dict()["rate_limiter"] == state["rate_limiter"]
 
+        incomplete = {key: value for key, value in transitions(40, 3).items() if key != "discount"}
+        with pytest.raises(ValueError, match=r"lack \['discount'\]"):
+            replay.add(incomplete)
+        with pytest.raises(TypeError, match="transitions should be a mapping"):
+            replay.add([1, 2, 3])  # type: ignore[arg-type]
+        assert replay.stats()["inserts"] == state["rate_limiter"]["inserts"]  # refused, not counted
+
         waiting: dict[str, Any] = {}
 
         def add() -> None:
