@@ -41,6 +41,21 @@ environment of every actor) store each stream's frames once, as a local memory d
 through the same :meth:`RemoteReplay.add`, and :meth:`ReplayShard.add_frames` rebuilds the stacks
 bit for bit before storing them on their streams.
 
+Replay ratio (``samples_per_insert=``, :mod:`prisample.rate_limit`): one
+:class:`~prisample.rate_limit.RateLimiter` for the whole memory, in a Ray actor of its own
+(:class:`RateLimiterActor`), not one per shard.  Every :meth:`RemoteReplay.add` (so every
+:class:`ReplayWriter`) asks it before sending and waits while the inserts are too far ahead;
+:meth:`RemoteReplay.sample` (and the prefetcher) asks it before drawing and waits while the
+learner is too far ahead or fewer than ``min_size_to_sample`` transitions were inserted.  Why
+there: a draw spans every shard (its allocation follows the masses, not where the writers send),
+so per-shard counts would hold each shard to a ratio the global draw does not keep, and a learner
+waiting on one shard's ratio while that shard's writers wait on another's can stall both.  One
+counter for all writers and the learner is the global ratio exactly.  The shards never wait (a
+shard is a single-threaded actor: an ``add`` waiting inside it would hold back the very draws it
+waits for); the limiter's calls are coroutines, so any number of waiting writers hold no thread.
+Inserts are counted when admitted, before the shard stores them (``ray.get`` the ``add`` to know
+it landed).
+
 Checkpoints: :meth:`RemoteReplay.state_dict` holds every shard's memory and sampler and the
 learner side's random state and draw count; :meth:`RemoteReplay.load_state_dict` stages the
 state in every shard, and only when every shard accepted it commits — else nothing changes.
@@ -50,8 +65,11 @@ Needs ``ray`` (``pip install prisample[ray]``); ``import prisample`` does not im
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
+import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -60,14 +78,16 @@ import numpy as np
 import numpy.typing as npt
 import ray
 
-from prisample._validation import check_finite_priorities, check_positive_int, to_numpy
+from prisample._validation import check_finite_priorities, check_positive_int, check_real, to_numpy
 from prisample.frame_stream import FRAME_KEYS, FRAME_WINDOW, FrameStreamDecoder
+from prisample.rate_limit import RateLimiter, RateLimiterClosedError, Side
 from prisample.replay import PrioritizedReplay
 from prisample.weights import WEIGHT_NORMS, LinearSchedule, WeightNorm, check_beta, importance_weights
 
 __all__ = [
     "RAY_REPLAY_STATE_VERSION",
     "TRANSITION_FIELDS",
+    "RateLimiterActor",
     "Ref",
     "RemoteBatch",
     "RemotePrefetcher",
@@ -232,6 +252,109 @@ class ReplayShard:
         self._staged = None
 
 
+class RateLimiterActor:
+    """A :class:`~prisample.rate_limit.RateLimiter` served to many writers and one learner: what
+    the Ray actor behind ``RemoteReplay(samples_per_insert=...)`` holds.
+
+    Its :meth:`acquire` is a coroutine (Ray runs the actor's calls on one event loop), so the
+    writers and the learner waiting in it hold no thread, and :meth:`stats` answers meanwhile.
+    The rule, the counters and the errors are the :class:`~prisample.rate_limit.RateLimiter`'s.
+    """
+
+    def __init__(
+        self,
+        samples_per_insert: float,
+        min_size_to_sample: int,
+        error_buffer: float | tuple[float, float],
+        timeout: float | None,
+    ) -> None:
+        self.limiter = RateLimiter(
+            samples_per_insert,
+            min_size_to_sample=min_size_to_sample,
+            error_buffer=error_buffer,
+            timeout=timeout,
+        )
+        self._changed: asyncio.Condition | None = None  # made on the actor's event loop
+        self._cancelled: set[str] = set()
+
+    def _condition(self) -> asyncio.Condition:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    async def _notify(self) -> None:
+        changed = self._condition()
+        async with changed:
+            changed.notify_all()
+
+    async def acquire(self, side: Side, n: int, timeout: float | None, token: str | None = None) -> float:
+        """Wait until ``n`` items of ``side`` may proceed, then count them; returns the seconds
+        waited.  :exc:`TimeoutError` after ``timeout`` seconds; :exc:`RateLimiterClosedError` once
+        closed, or once :meth:`cancel` was called with ``token``."""
+        limiter, changed = self.limiter, self._condition()
+        count = check_positive_int(n, "n" if side == "insert" else "k")
+        async with changed:  # every call runs on the one event loop: the limiter's lock is free
+            if limiter.closed or token in self._cancelled:
+                raise limiter._closed_error(side, count)
+            if limiter._admits(side, count):
+                limiter._count(side, count)
+                changed.notify_all()
+                return 0.0
+            start = time.monotonic()
+            deadline = None if timeout is None else start + timeout
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0.0:
+                    limiter._record_wait(side, time.monotonic() - start, timed_out=True)
+                    raise limiter._timeout_error(side, count, timeout)
+                try:
+                    await asyncio.wait_for(changed.wait(), left)
+                except asyncio.TimeoutError:
+                    continue  # the deadline check above raises
+                if limiter.closed or token in self._cancelled:
+                    limiter._record_wait(side, time.monotonic() - start, timed_out=False)
+                    raise limiter._closed_error(side, count)
+                if limiter._admits(side, count):
+                    waited = time.monotonic() - start
+                    limiter._record_wait(side, waited, timed_out=False)
+                    limiter._count(side, count)
+                    changed.notify_all()
+                    return waited
+
+    async def cancel(self, token: str) -> None:
+        """Refuse the calls carrying ``token``, waiting or later (a prefetcher being closed)."""
+        self._cancelled.add(token)
+        await self._notify()
+
+    async def close(self) -> None:
+        """Wake every waiting call with :exc:`RateLimiterClosedError` and refuse later ones."""
+        self.limiter.close()
+        await self._notify()
+
+    def stats(self) -> dict[str, int | float]:
+        return self.limiter.stats()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.limiter.state_dict()
+
+    async def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.limiter.load_state_dict(state)
+        await self._notify()
+
+
+def _count_transitions(transitions: Mapping[str, Any]) -> int:
+    """``n`` of a batch for :meth:`ReplayShard.add`, for the rate limiter: a batch the shard would
+    refuse for its type or keys is refused here, before the limiter counts it."""
+    if not isinstance(transitions, Mapping):
+        raise TypeError(f"transitions should be a mapping of arrays, but got {type(transitions).__name__}")
+    frames = "frame_refs" in transitions  # a frame-stream message: the stacks travel as frames
+    fields = (*FRAME_KEYS, "action", "reward", "discount") if frames else TRANSITION_FIELDS
+    missing = [key for key in fields if key not in transitions]
+    if missing:
+        raise ValueError(f"transitions should hold {fields}, but lack {missing}")
+    return int(np.shape(transitions["reward"])[0]) if np.ndim(transitions["reward"]) else 0
+
+
 @dataclass(frozen=True, eq=False)
 class RemoteBatch(Mapping[str, Any]):
     """``k`` transitions drawn from a :class:`RemoteReplay`, with their weights and the keys
@@ -279,6 +402,15 @@ class RemoteReplay:
     ``ray.remote`` (default ``{"num_cpus": 0}``: a shard reserves no CPU slot, so a 2-CPU Ray
     keeps its slots for the actors).
 
+    ``samples_per_insert`` (with ``min_size_to_sample``, ``error_buffer`` and ``rate_timeout``,
+    the arguments of :class:`~prisample.rate_limit.RateLimiter`) holds the learner and the actors
+    to a replay ratio: :meth:`add` waits while the inserts are too far ahead, :meth:`sample` while
+    the draws are, or while fewer than ``min_size_to_sample`` transitions were inserted (module
+    docstring: one limiter actor for all shards).  A batch of ``k`` counts ``k`` samples, an add
+    of ``n`` counts ``n`` inserts: for ``u`` updates of ``k`` per transition, ``samples_per_insert
+    = u · k``.  A wait longer than ``rate_timeout`` seconds raises :exc:`TimeoutError`;
+    :meth:`shutdown` wakes the waiting with :exc:`~prisample.rate_limit.RateLimiterClosedError`.
+
     Actors call :meth:`add` (or use a :class:`ReplayWriter`); the learner calls :meth:`sample` or
     iterates :meth:`prefetch`, and :meth:`update_priorities`.  The handle pickles: passed to a Ray
     actor it reaches the same shards (its draw state travels as a copy; draw from one handle).
@@ -294,9 +426,27 @@ class RemoteReplay:
         weight_norm: WeightNorm = "memory",
         seed: int | None = None,
         actor_options: Mapping[str, Any] | None = None,
+        samples_per_insert: float | None = None,
+        min_size_to_sample: int = 1,
+        error_buffer: float | tuple[float, float] | None = None,
+        rate_timeout: float | None = None,
         **replay_options: Any,
     ) -> None:
         capacity = check_positive_int(capacity, "capacity")
+        if samples_per_insert is None:
+            given = {"min_size_to_sample": min_size_to_sample != 1, "error_buffer": error_buffer is not None}
+            given["rate_timeout"] = rate_timeout is not None
+            for name, value in given.items():
+                if value:
+                    raise ValueError(f"{name} limits the replay ratio, which needs samples_per_insert too")
+        elif error_buffer is None:
+            raise ValueError("samples_per_insert needs an error_buffer (see prisample.rate_limit)")
+        else:
+            if rate_timeout is not None:
+                check_real(rate_timeout, "rate_timeout", minimum=0.0)
+            RateLimiter(  # checks the arguments here, before any actor starts
+                samples_per_insert, min_size_to_sample=min_size_to_sample, error_buffer=error_buffer
+            )
         num_shards = check_positive_int(shards, "shards")
         if num_shards > capacity:
             raise ValueError(f"shards should be at most capacity ({capacity}), but got shards={shards!r}")
@@ -325,6 +475,16 @@ class RemoteReplay:
         ]
         """The :class:`ReplayShard` actor handles."""
         self.capacities = tuple(sizes)
+        self.rate_timeout = rate_timeout
+        self.rate_limiter: Any = None
+        self._arrived = False
+        """The :class:`RateLimiterActor` handle, or ``None`` without ``samples_per_insert``."""
+        if samples_per_insert is not None:
+            self.rate_limiter = (
+                ray.remote(RateLimiterActor)
+                .options(num_cpus=0)
+                .remote(samples_per_insert, min_size_to_sample, error_buffer, rate_timeout)
+            )
         ray.get([shard.info.remote() for shard in self.shards])  # a bad option fails here, not later
 
     @property
@@ -340,6 +500,29 @@ class RemoteReplay:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
+    def _acquire(self, side: Side, n: int, token: str | None = None) -> None:
+        """Wait for the rate limiter's leave for ``n`` items of ``side`` (raises its errors)."""
+        try:
+            ray.get(self.rate_limiter.acquire.remote(side, n, self.rate_timeout, token))
+        except ray.exceptions.RayTaskError as error:
+            if isinstance(error.cause, (TimeoutError, RateLimiterClosedError)):
+                raise error.cause from None
+            raise
+        except ray.exceptions.RayActorError:  # killed by shutdown() while this call waited
+            raise RateLimiterClosedError(f"rate limiter shut down: {side} of n={n} refused") from None
+
+    def _wait_for_arrivals(self) -> None:
+        """Before the first draw: wait until an admitted insert has reached its shard (the
+        limiter counts inserts before they are sent, so the first draw could find none yet)."""
+        deadline = None if self.rate_timeout is None else time.monotonic() + self.rate_timeout
+        while sum(info["size"] for info in ray.get([shard.info.remote() for shard in self.shards])) == 0:
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"rate limiter: inserts were admitted, but none reached a shard in {self.rate_timeout} s"
+                )
+            time.sleep(0.005)
+        self._arrived = True
+
     # -- actors' side ---------------------------------------------------------------------------
     def add(
         self,
@@ -353,23 +536,36 @@ class RemoteReplay:
         with their initial ``priorities`` to ``shard`` (default: the next in turn), or a
         :class:`~prisample.frame_stream.FrameStreamEncoder` message with those fields beside it
         (:meth:`ReplayShard.add_frames`; send a stream's messages to one shard).  Returns the
-        call's ``ObjectRef`` (its value: ``n``); ``ray.get`` it to wait or to see an error."""
-        if shard is None:
-            shard, self._next_shard = self._next_shard, (self._next_shard + 1) % self.num_shards
-        elif (
+        call's ``ObjectRef`` (its value: ``n``); ``ray.get`` it to wait or to see an error.
+        With a rate limiter, first waits until the ``n`` transitions may be inserted."""
+        if shard is not None and (
             isinstance(shard, bool)
             or not isinstance(shard, (int, np.integer))
             or not 0 <= shard < self.num_shards
         ):
             raise ValueError(f"shard should be an integer in [0, {self.num_shards}), but got shard={shard!r}")
         values = None if priorities is None else to_numpy(priorities, "priorities")
+        if self.rate_limiter is not None:
+            n = _count_transitions(transitions)
+            if n:
+                self._acquire("insert", n)
+        if shard is None:
+            shard, self._next_shard = self._next_shard, (self._next_shard + 1) % self.num_shards
         return self.shards[int(shard)].add.remote(dict(transitions), values)
 
     # -- learner's side -------------------------------------------------------------------------
     def sample(self, k: int) -> RemoteBatch:
         """Draw ``k`` transitions over all shards (see the module docstring for the allocation)
-        with their weights; advances β's schedule by one draw."""
+        with their weights; advances β's schedule by one draw.  With a rate limiter, first waits
+        until ``k`` draws are allowed."""
+        return self._sample(k, None)
+
+    def _sample(self, k: int, token: str | None) -> RemoteBatch:
         k = check_positive_int(k, "k")
+        if self.rate_limiter is not None:
+            self._acquire("sample", k, token)
+            if not self._arrived:
+                self._wait_for_arrivals()
         with self._lock:
             if self.num_shards == 1:
                 parts = {0: ray.get(self.shards[0].sample.remote(k))}
@@ -453,16 +649,27 @@ class RemoteReplay:
         on: an iterator of :class:`RemoteBatch` (a context manager; or call ``close()``)."""
         return RemotePrefetcher(self, k, depth=depth, total=total)
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, Any]:
         """``size``, ``num_added`` and ``dropped_updates`` summed over the shards (waits for
-        every call sent before it to each shard)."""
+        every call sent before it to each shard); with a rate limiter, its counters too
+        (:meth:`RateLimiter.stats <prisample.rate_limit.RateLimiter.stats>`: ``inserts``,
+        ``samples``, ``insert_waits``, ``sample_waits``, ``insert_wait_s``, ``sample_wait_s``,
+        ``insert_timeouts``, ``sample_timeouts``, ``diff``)."""
         infos = ray.get([shard.info.remote() for shard in self.shards])
-        return {
+        stats: dict[str, Any] = {
             key: int(sum(info[key] for info in infos)) for key in ("size", "num_added", "dropped_updates")
         }
+        if self.rate_limiter is not None:
+            stats.update(ray.get(self.rate_limiter.stats.remote()))
+        return stats
 
     def shutdown(self) -> None:
-        """Kill the shard actors (their memory is lost: take :meth:`state_dict` first)."""
+        """Kill the shard actors (their memory is lost: take :meth:`state_dict` first); a rate
+        limiter first wakes its waiting calls with :exc:`~prisample.rate_limit.RateLimiterClosedError`."""
+        if self.rate_limiter is not None:
+            ray.get(self.rate_limiter.close.remote())
+            ray.kill(self.rate_limiter)
+            self.rate_limiter = None
         for shard in self.shards:
             ray.kill(shard)
         self.shards = []
@@ -470,19 +677,25 @@ class RemoteReplay:
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Every shard's memory and sampler, and this handle's draw state: an exact snapshot
-        once the calls sent before it have run (each shard runs its calls in order)."""
+        once the calls sent before it have run (each shard runs its calls in order); with a rate
+        limiter, its counters (``"rate_limiter"``), so a resumed run keeps its ratio."""
         with self._lock:
-            return {
+            state = {
                 "version": RAY_REPLAY_STATE_VERSION,
                 "shards": ray.get([shard.state_dict.remote() for shard in self.shards]),
                 "rng": self._rng.bit_generator.state,
                 "draws": self._draws,
                 "next_shard": self._next_shard,
             }
+            if self.rate_limiter is not None:
+                state["rate_limiter"] = ray.get(self.rate_limiter.state_dict.remote())
+            return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output, all shards or none: each shard stages and checks
-        its part; any refusal drops every staged part and raises, else all commit."""
+        its part; any refusal drops every staged part and raises, else all commit.  The rate
+        limiter's counters are restored with them where both the state and this handle have a
+        limiter (a state saved without one leaves the counters as they are)."""
         if not isinstance(state, dict):
             raise TypeError(f"state should be a dict from state_dict(), but got {type(state).__name__}")
         if state.get("version") != RAY_REPLAY_STATE_VERSION:
@@ -507,6 +720,12 @@ class RemoteReplay:
             rng.bit_generator.state = cast(dict[str, Any], state.get("rng"))
         except (TypeError, ValueError, KeyError) as error:
             raise ValueError(f"state rng should be a numpy bit generator state: {error}") from None
+        limits = state.get("rate_limiter")
+        if limits is not None:
+            try:
+                RateLimiter.check_state(limits)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"state rate_limiter: {error}") from None
         with self._lock:
             try:
                 staged = [
@@ -517,6 +736,8 @@ class RemoteReplay:
                 ray.get([shard.commit_state.remote(False) for shard in self.shards])
                 raise ValueError(f"a shard refused its state: {error.cause}") from None
             ray.get([shard.commit_state.remote(True) for shard in self.shards])
+            if limits is not None and self.rate_limiter is not None:
+                ray.get(self.rate_limiter.load_state_dict.remote(limits))
             self._rng, self._draws, self._next_shard = rng, state["draws"], state["next_shard"]
 
 
@@ -525,7 +746,8 @@ class RemotePrefetcher(Iterator[RemoteBatch]):
 
     Batch ``j`` is drawn once batch ``j - depth`` was handed out, so its draw does not see the
     priority updates of the ``depth`` batches before it (``depth=0`` is not offered: call
-    :meth:`RemoteReplay.sample`).  An error in the thread is raised by ``next()``.
+    :meth:`RemoteReplay.sample`).  An error in the thread is raised by ``next()``.  With a rate
+    limiter the thread waits for its leave before each draw; :meth:`close` cancels that wait.
     """
 
     def __init__(self, replay: RemoteReplay, k: int, *, depth: int = 1, total: int | None = None) -> None:
@@ -535,6 +757,7 @@ class RemotePrefetcher(Iterator[RemoteBatch]):
         self._queue: queue.Queue[tuple[RemoteBatch | None, BaseException | None]] = queue.Queue(self.depth)
         self._stop = threading.Event()
         self._replay = replay
+        self._token = uuid.uuid4().hex  # names this prefetcher's draws to the rate limiter
         self._thread = threading.Thread(target=self._run, name="prisample-remote-prefetch", daemon=True)
         self._thread.start()
 
@@ -542,7 +765,10 @@ class RemotePrefetcher(Iterator[RemoteBatch]):
         drawn = 0
         while self.total is None or drawn < self.total:
             try:
-                item: tuple[RemoteBatch | None, BaseException | None] = (self._replay.sample(self.k), None)
+                item: tuple[RemoteBatch | None, BaseException | None] = (
+                    self._replay._sample(self.k, self._token),
+                    None,
+                )
             except BaseException as error:  # handed to the consumer
                 item = (None, error)
             if not self._put(item) or item[1] is not None:
@@ -575,6 +801,8 @@ class RemotePrefetcher(Iterator[RemoteBatch]):
     def close(self) -> None:
         """Stop the thread (the batches drawn ahead are discarded)."""
         self._stop.set()
+        if self._replay.rate_limiter is not None and self._thread.is_alive():
+            ray.get(self._replay.rate_limiter.cancel.remote(self._token))
         self._thread.join()
 
     def __enter__(self) -> RemotePrefetcher:
@@ -586,7 +814,9 @@ class RemotePrefetcher(Iterator[RemoteBatch]):
 
 class ReplayWriter:
     """An actor's outbox to a :class:`RemoteReplay`: batches of ``add`` calls to one shard, with
-    at most ``max_pending`` unanswered (back-pressure: an actor cannot outrun the memory)."""
+    at most ``max_pending`` unanswered (back-pressure: an actor cannot outrun the memory).  With a
+    rate limiter, :meth:`add` also waits while the inserts are ahead of the learner's draws (and
+    raises :exc:`TimeoutError` after the replay's ``rate_timeout``, nothing sent)."""
 
     def __init__(self, replay: RemoteReplay, *, shard: int | None = None, max_pending: int = 2) -> None:
         self.replay = replay

@@ -38,6 +38,37 @@ def test_actor_learner_smoke(tmp_path: Path, depth: int) -> None:
     assert not [t for t in threading.enumerate() if t.name.startswith(("actor-", "prisample-prefetch"))]
 
 
+@pytest.mark.parametrize("samples_per_insert", [0.0, 8.0])
+def test_actor_learner_holds_the_replay_ratio(tmp_path: Path, samples_per_insert: float) -> None:
+    """With a rate limiter the actors wait for the learner (counted) and the counts end inside
+    its buffer; without one (0) there is none."""
+    config = ActorLearnerConfig(
+        updates=40,
+        learning_starts=64,
+        capacity=2_000,
+        batch_size=16,
+        samples_per_insert=samples_per_insert,
+        out_dir=str(tmp_path),
+        progress=False,
+    )
+    results = main(config)
+    assert not [t for t in threading.enumerate() if t.name.startswith("actor-")]
+    limits = results["rate_limiter"]
+    if samples_per_insert == 0.0:
+        assert limits is None
+        return
+    streams = config.actors * config.envs_per_actor
+    min_size = config.learning_starts + streams * (config.n_step - 1)
+    offset, buffer = samples_per_insert * min_size, config.batch_size + samples_per_insert
+    assert limits["samples"] == 40 * config.batch_size
+    assert offset - buffer <= limits["inserts"] * samples_per_insert - limits["samples"] <= offset + buffer
+    assert limits["insert_waits"] > 0  # CartPole steps outrun a learner's updates
+    assert results["actor_steps"] <= limits["inserts"] <= results["actor_steps"] + config.actors
+    assert json.loads((tmp_path / "actor_learner.json").read_text())["rate_limiter"] == limits
+
+
 def test_actor_learner_config_is_checked() -> None:
     with pytest.raises(ConfigError, match="learning_starts should be at most capacity"):
         ActorLearnerConfig(capacity=10, learning_starts=20)
+    with pytest.raises(ConfigError, match="samples_per_insert"):
+        ActorLearnerConfig(samples_per_insert=-1.0)

@@ -264,3 +264,23 @@ def test_shard_refuses_a_frame_message_it_cannot_store_and_changes_nothing() -> 
     assert shard.info()["num_added"] == 0
     assert shard.add(message) == len(rows)  # the refused calls left the streams where they were
     assert np.array_equal(shard.replay.memory.get(np.arange(len(rows)))["obs"], obs[rows])
+
+
+def test_the_rate_limiter_counts_a_frame_message_by_its_transitions() -> None:
+    """A frame-stream message has no ``obs``/``next_obs``: ``RemoteReplay.add`` still counts its
+    ``n`` transitions for the rate limiter, and refuses one that lacks a frame field."""
+    pytest.importorskip("ray")
+    from prisample.ray import _count_transitions
+
+    messages, obs, next_obs, streams, _ = interleaved(3, 2, 3, "zeros")
+    rows = messages[0]
+    message = {
+        **FrameStreamEncoder(2, STACK).encode(obs[rows], next_obs[rows], streams[rows]),
+        "action": np.zeros(len(rows), np.int64),
+        "reward": np.zeros(len(rows), np.float32),
+        "discount": np.ones(len(rows), np.float32),
+    }
+    assert _count_transitions(message) == len(rows) > 0
+    del message["frames"]
+    with pytest.raises(ValueError, match="frames"):
+        _count_transitions(message)

@@ -21,6 +21,12 @@ here new transitions enter at the maximum priority, as in Algorithm 1.  CartPole
 a bounded number of learner updates; it prints the actors' steps/s and the learner's updates/s and
 writes JSON to ``out_dir``.
 
+Replay ratio: left alone, the actors outrun the learner (about 0.02 updates per environment step
+on two cores) and the learner trains on whatever ratio the threads' speeds give.  A
+:class:`~prisample.rate_limit.RateLimiter` holds them to ``samples_per_insert`` (default 8: one
+update of 32 per 4 steps, the DQN recipe's ratio): an actor waits before ``add`` while it is
+ahead, the learner before an update while it is; ``samples_per_insert=0`` lets both run free.
+
 Run: ``python -m recipes.apex actor-learner --updates 2000``
 """
 
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -41,6 +48,7 @@ from torch import nn
 from tqdm import tqdm
 
 from prisample import LinearSchedule, PrioritizedReplay
+from prisample.rate_limit import RateLimiter, RateLimiterClosedError
 from recipes.common import cli
 from recipes.dqn.agent import double_dqn_td_error
 
@@ -87,6 +95,11 @@ class ActorLearnerConfig:
     """'proportional' or 'rank'."""
     prefetch_depth: int = 1
     """Batches drawn ahead by the prefetch thread (0: drawn when needed)."""
+    samples_per_insert: float = 8.0
+    """Transitions the learner draws per transition the actors add (batch_size × updates per
+    step; 8: one update of 32 per 4 steps); 0: no rate limiter (the learner runs free)."""
+    rate_timeout: float = 120.0
+    """Seconds an actor or the learner waits for the other side before giving up."""
     seed: int = 0
     """Seed of the environments, the networks and the replay."""
     out_dir: str = "runs/actor_learner"
@@ -100,7 +113,8 @@ class ActorLearnerConfig:
         cli.in_range(self, "gamma", 0.0, 1.0)
         cli.in_range(self, "epsilon", 0.0, 1.0)
         cli.one_of(self, "backend", ["proportional", "rank"])
-        cli.at_least(self, 0, "prefetch_depth", "alpha")
+        cli.at_least(self, 0, "prefetch_depth", "alpha", "samples_per_insert")
+        cli.positive(self, "rate_timeout")
         cli.require(
             self.learning_starts <= self.capacity,
             "learning_starts",
@@ -153,6 +167,24 @@ class ActorStats:
     returns: list[float] | None = None
 
 
+def rate_limiter(config: ActorLearnerConfig) -> RateLimiter | None:
+    """The limiter of ``config.samples_per_insert``, or ``None`` for 0.
+
+    Sampling starts once ``learning_starts`` transitions are drawable: an n-step replay holds the
+    last ``n_step − 1`` transitions of each stream until their window completes, so that many more
+    must be inserted.  The buffer (``± (batch_size + samples_per_insert)``) leaves room for one
+    insert and one draw of a batch, so neither side waits on the other for good."""
+    if config.samples_per_insert == 0:
+        return None
+    streams = config.actors * config.envs_per_actor
+    return RateLimiter(
+        config.samples_per_insert,
+        min_size_to_sample=config.learning_starts + streams * (config.n_step - 1),
+        error_buffer=config.batch_size + config.samples_per_insert,
+        timeout=config.rate_timeout,
+    )
+
+
 def actor(
     i: int,
     config: ActorLearnerConfig,
@@ -160,9 +192,11 @@ def actor(
     weights: Weights,
     stop: threading.Event,
     stats: ActorStats,
+    limiter: RateLimiter | None = None,
 ) -> None:
     """Step ``envs_per_actor`` environments in turn with ε_i-greedy on a copy of the learner's
-    network, adding every transition to the shared replay on the environment's own stream."""
+    network, adding every transition to the shared replay on the environment's own stream (once
+    ``limiter`` lets it; its close ends the actor)."""
     n = config.actors
     epsilon = config.epsilon ** (1 + 7 * i / (n - 1)) if n > 1 else config.epsilon
     rng = np.random.default_rng(config.seed + 1000 + i)
@@ -184,6 +218,11 @@ def actor(
                 with torch.no_grad():
                     action = int(network(torch.as_tensor(obs[e])).argmax())
             next_obs, reward, terminated, truncated, _ = env.step(action)
+            if limiter is not None:
+                try:
+                    limiter.insert(1)  # waits while the actors are ahead of the learner
+                except RateLimiterClosedError:
+                    return
             # PER: the new transition enters at the maximum priority of the memory (line 6)
             replay.add(
                 obs[e],
@@ -225,15 +264,18 @@ def main(config: ActorLearnerConfig | None = None) -> dict[str, Any]:
         backend=config.backend,
         seed=config.seed,
     )
-    weights, stop = Weights(online), threading.Event()
+    weights, stop, limiter = Weights(online), threading.Event(), rate_limiter(config)
     stats = [ActorStats() for _ in range(config.actors)]
     threads = [
         threading.Thread(
-            target=actor, args=(i, config, replay, weights, stop, stats[i]), daemon=True, name=f"actor-{i}"
+            target=actor,
+            args=(i, config, replay, weights, stop, stats[i], limiter),
+            daemon=True,
+            name=f"actor-{i}",
         )
         for i in range(config.actors)
     ]
-    start = time.perf_counter()
+    load_start, start = os.getloadavg(), time.perf_counter()
     for t in threads:
         t.start()
     try:
@@ -247,6 +289,8 @@ def main(config: ActorLearnerConfig | None = None) -> dict[str, Any]:
         with replay.prefetch(config.batch_size, depth=config.prefetch_depth, total=config.updates) as batches:
             bar = tqdm(batches, total=config.updates, disable=not config.progress, desc="learner updates")
             for update, (batch, draw) in enumerate(bar):
+                if limiter is not None:  # the batch was drawn ahead; the update waits for its turn
+                    limiter.sample(config.batch_size)
                 td = double_dqn_td_error(  # n-step reward and discount come from the replay
                     online, target, *(torch.as_tensor(batch[key]) for key in BATCH_FIELDS)
                 )
@@ -267,6 +311,8 @@ def main(config: ActorLearnerConfig | None = None) -> dict[str, Any]:
         steps_during = sum(s.steps for s in stats) - steps_then
     finally:
         stop.set()
+        if limiter is not None:
+            limiter.close()  # wakes the actors waiting to insert
         for t in threads:
             t.join(30)
     total_s = time.perf_counter() - start
@@ -277,6 +323,8 @@ def main(config: ActorLearnerConfig | None = None) -> dict[str, Any]:
         "actor_steps_per_s": steps_during / learn_s,
         "learner_updates": config.updates,
         "learner_updates_per_s": config.updates / learn_s,
+        "updates_per_env_step": config.updates / max(steps_during, 1),
+        "rate_limiter": None if limiter is None else limiter.stats(),
         "episodes": len(returns),
         "mean_return_last_10": float(np.mean(returns[-10:])) if returns else None,
         "beta_final": replay.sampler.beta,
@@ -284,10 +332,13 @@ def main(config: ActorLearnerConfig | None = None) -> dict[str, Any]:
         "dropped_updates": replay.dropped_updates,
         "mean_loss_last_100": float(np.mean(losses[-100:])),
         "seconds": total_s,
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg(),
     }
     print(
         f"actors: {results['actor_steps_per_s']:.0f} steps/s, "
-        f"learner: {results['learner_updates_per_s']:.0f} updates/s, {len(returns)} episodes, "
+        f"learner: {results['learner_updates_per_s']:.0f} updates/s, "
+        f"{results['updates_per_env_step']:.3f} updates per env step, {len(returns)} episodes, "
         f"mean return of the last 10: {results['mean_return_last_10']}"
     )
     out = Path(config.out_dir)
