@@ -132,6 +132,8 @@ class ApexActor:
         torch.set_num_threads(1)
         self.config, self.learner = config, learner
         self.epsilon = actor_epsilon(index, config.actors, config.epsilon, config.epsilon_exponent)
+        # actor_epsilon 'schedule': the single-process recipe's ε, read at the env steps of all actors
+        self.schedules = Schedules.of(learner) if config.actor_epsilon == "schedule" else None
         self.env, self.spec = make_env(learner.env, config.envs_per_actor)
         self.q = QNetwork(learner.network, self.spec, learner.hidden, learner.shared_bias)
         self.q.eval()
@@ -147,11 +149,17 @@ class ApexActor:
         self.counts = {"steps": 0, "transitions": 0, "reset_steps": 0, "episodes": 0, "pulls": 0}
 
     def run(
-        self, steps: int, version: int, weights: list[ray.ObjectRef[dict[str, np.ndarray]]]
+        self,
+        steps: int,
+        version: int,
+        weights: list[ray.ObjectRef[dict[str, np.ndarray]]],
+        start: int = 0,
     ) -> dict[str, Any]:
         """Take ``steps`` env steps (``steps / envs_per_actor`` steps of all environments), first
         loading ``weights`` (a one-element list, so Ray does not fetch it unless used) if its
-        ``version`` is newer.  Returns the counts so far and this chunk's finished episodes."""
+        ``version`` is newer.  ``start``: the env steps handed out to all actors before this chunk
+        (the clock of ``actor_epsilon='schedule'``).  Returns the counts so far and this chunk's
+        finished episodes."""
         if version > self.version:
             with self.timer("pull"):
                 state = ray.get(weights[0])
@@ -159,7 +167,9 @@ class ApexActor:
             self.version, self.counts["pulls"] = version, self.counts["pulls"] + 1
         finished: list[float] = []
         device = torch.device("cpu")
-        for _ in range(steps // self.config.envs_per_actor):
+        for k in range(steps // self.config.envs_per_actor):
+            if self.schedules is not None:  # the single-process recipe's ε at this env step
+                self.epsilon = self.schedules.at(start + k * self.config.envs_per_actor)[0]
             with self.timer("act"):  # A_t ~ ε_i-greedy(Q(S_t, ·; θ_i))
                 actions = act(self.q, self.obs, self.epsilon, self.rng, self.spec.num_actions, device)
             with self.timer("env"):
@@ -206,11 +216,13 @@ class ApexActor:
 
     def _send(self) -> None:
         transitions = self.builder.take()
-        with self.timer("priorities"):
-            priorities = initial_priorities(self.q, transitions, self.learner.clip_priority)
+        priorities = None  # actor_priorities false: they enter at the memory's maximum priority
+        if self.config.actor_priorities:
+            with self.timer("priorities"):
+                priorities = initial_priorities(self.q, transitions, self.learner.clip_priority)
         with self.timer("send"):  # waits while max_pending earlier sends are unanswered
             self.writer.add(transitions, priorities)
-        self.counts["transitions"] += len(priorities)
+        self.counts["transitions"] += len(transitions["action"])
 
 
 # -- the memory ------------------------------------------------------------------------------------
@@ -313,7 +325,7 @@ def train(config: ApexConfig) -> dict[str, Any]:
     replay = make_memory(config, cfg, spec)
     learner = Learner(config, cfg, spec, replay)
     actors = start_actors(ApexActor, config.actors, config.actor_cpus, config, cfg, replay)
-    fleet = ActorFleet(actors, config.actor_sync_every, config.total_steps)
+    fleet = ActorFleet(actors, config.actor_sync_every, config.total_steps, depth=config.actor_queue)
     record = RunRecord(config, cfg, folder, learner, fleet, started, load_start)
     try:
         fleet.start(publish(learner.q))
