@@ -312,6 +312,11 @@ class Learner:
 # -- the loop: actors, memory and learner together -------------------------------------------------
 
 
+def make_fleet(config: ApexConfig, actors: list[Any]) -> ActorFleet:
+    """The actors' work: chunks of ``actor_sync_every`` env steps, ``actor_queue`` queued per actor."""
+    return ActorFleet(actors, config.actor_sync_every, config.total_steps, depth=config.actor_queue)
+
+
 def train(config: ApexConfig) -> dict[str, Any]:
     """Run actors and learner until ``total_steps`` env steps; write ``apex_dqn.json`` to the run
     folder and return its contents.  Starts Ray (and shuts it down) unless it is running."""
@@ -325,7 +330,7 @@ def train(config: ApexConfig) -> dict[str, Any]:
     replay = make_memory(config, cfg, spec)
     learner = Learner(config, cfg, spec, replay)
     actors = start_actors(ApexActor, config.actors, config.actor_cpus, config, cfg, replay)
-    fleet = ActorFleet(actors, config.actor_sync_every, config.total_steps, depth=config.actor_queue)
+    fleet = make_fleet(config, actors)
     record = RunRecord(config, cfg, folder, learner, fleet, started, load_start)
     try:
         fleet.start(publish(learner.q))
