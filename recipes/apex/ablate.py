@@ -150,21 +150,24 @@ def arms(config: AblateConfig) -> list[tuple[str, dict[str, Any] | None]]:
     return out
 
 
-FIRST = (SINGLE, MATCHED, "ablation epsilon", "ablation staleness", ALL)
+FIRST = (SINGLE, MATCHED, "ablation epsilon", ALL)
 """The arms run first, every seed of them before any other arm's: the baseline, the arm with the
-gap, the two differences our reading ranked likeliest (docs/recipes/apex_dqn.md) and all of them."""
+gap, the difference our reading ranked likeliest (docs/recipes/apex_dqn.md) and all of them."""
+SECOND = ("ablation staleness",)
+"""The arms run next, every seed of them before the rest's."""
 
 
 def tasks(config: AblateConfig) -> list[tuple[str, int, Run]]:
     """``(label, seed, run config)`` of every run: the arms of :data:`FIRST` seed-major (every such
-    arm of a seed, then the next seed), then the other arms seed-major, so that a study cut short
-    holds whole seeds of the first arms."""
+    arm of a seed, then the next seed), then those of :data:`SECOND`, then the others, so that a
+    study cut short holds whole seeds of the first arms."""
     base = compare_config(config)
     out: list[tuple[str, int, Run]] = []
     every = arms(config)
     groups = [
         [arm for arm in every if arm[0] in FIRST],
-        [arm for arm in every if arm[0] not in FIRST],
+        [arm for arm in every if arm[0] in SECOND],
+        [arm for arm in every if arm[0] not in FIRST + SECOND],
     ]
     for group in groups:
         for seed in range(config.seed, config.seed + config.seeds):
