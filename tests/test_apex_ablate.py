@@ -182,3 +182,14 @@ def test_single_run_lands_under_the_study(tmp_path: Any) -> None:
         assert str(ablate.result_path(run)).startswith(str(tmp_path / "x_runs"))
     single = next(run for label, _, run in ablate.tasks(config) if label == "single")
     assert isinstance(single, DDQNConfig) and single.log_dir.endswith("x_runs/single")
+
+
+def test_matched_evaluation_waits_for_the_single_process_updates() -> None:
+    from recipes.apex.record import eval_due
+
+    # free run: due as soon as the actors have taken the nominal env steps
+    assert not eval_due(4800, 5000, 10**6, None, 1000) and eval_due(5200, 5000, 0, None, 1000)
+    # matched at 0.5 from 1,000 env steps: the single process has made 2,000 updates by step 5,000
+    assert not eval_due(5200, 5000, 1600, 0.5, 1000)  # actors ahead, learner 400 updates short
+    assert eval_due(6000, 5000, 2000, 0.5, 1000)
+    assert eval_due(5000, 5000, 0, 0.5, None)  # before learning starts nothing is owed

@@ -337,6 +337,7 @@ def train(config: ApexConfig) -> dict[str, Any]:
         while not fleet.finished and replay.stats()["size"] < cfg.learning_starts:
             record.after_chunks(fleet.poll(timeout=0.05))
         learning_from = (time.perf_counter(), fleet.steps)
+        record.learning_from = fleet.steps  # a matched run evaluates at the updates due by then
 
         def below(ratio: float | None) -> bool:
             """Fewer updates than ``ratio`` per env step since learning started."""
