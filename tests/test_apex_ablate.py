@@ -3,6 +3,7 @@ what it claims (no learning runs: an actor steps a few CartPole steps against a 
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import fields
 from types import SimpleNamespace
@@ -193,3 +194,17 @@ def test_matched_evaluation_waits_for_the_single_process_updates() -> None:
     assert not eval_due(5200, 5000, 1600, 0.5, 1000)  # actors ahead, learner 400 updates short
     assert eval_due(6000, 5000, 2000, 0.5, 1000)
     assert eval_due(5000, 5000, 0, 0.5, None)  # before learning starts nothing is owed
+
+
+def test_report_only_reads_the_finished_runs_and_runs_nothing(tmp_path: Any) -> None:
+    config = ablate.AblateConfig(seeds=2, device="cpu", out=str(tmp_path / "x"), report_only=True)
+    assert ablate.ablate(config, ["ablate"]) == {}  # nothing finished: nothing run, nothing written
+    label, seed, run = ablate.tasks(config)[1]  # apex_matched, seed 0
+    path = ablate.result_path(run)
+    path.parent.mkdir(parents=True)
+    result = {**fake_result(label, seed, [20.0, 40.0]), "device": "CPU", "run_dir": str(path.parent)}
+    path.write_text(json.dumps(result))
+    report = ablate.ablate(config, ["ablate"])
+    assert report["apex_matched"]["final"] == [40.0] and report["partial"]
+    assert len(report["missing"]) == len(ablate.tasks(config)) - 1
+    assert (tmp_path / "x.json").exists() and (tmp_path / "x.md").exists()

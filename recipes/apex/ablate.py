@@ -100,6 +100,9 @@ class AblateConfig:
     """Runs at a time, each a process of its own."""
     rerun: bool = False
     """Rerun a run whose result file is already in its folder (False: read it)."""
+    report_only: bool = False
+    """Run nothing: write the report from the result files already in the run folders (a study
+    stopped before its end, or whose pool had not yet read the runs finished)."""
     learner: dict[str, Any] | None = None
     """Fields of the recipe's config for every run, as JSON."""
     apex: dict[str, Any] | None = None
@@ -218,6 +221,12 @@ def ablate(config: AblateConfig, argv: list[str]) -> dict[str, Any]:
     todo = tasks(config)
     results: list[dict[str, Any]] = []
     report: dict[str, Any] = {}
+    if config.report_only:
+        for label, seed, run in todo:
+            if result_path(run).exists():
+                results.append(run_one((label, seed, run, False)))
+        print(f"{len(results)} of {len(todo)} runs have finished")
+        return write(config, argv, results, todo, time.perf_counter() - started) if results else report
     context = multiprocessing.get_context("spawn")  # a fresh process (and Ray) per run
     with context.Pool(config.jobs, maxtasksperchild=1) as pool:
         work = [(label, seed, run, config.rerun) for label, seed, run in todo]
