@@ -196,7 +196,15 @@ def test_matched_evaluation_waits_for_the_single_process_updates() -> None:
     assert eval_due(5000, 5000, 0, 0.5, None)  # before learning starts nothing is owed
 
 
-def test_report_only_reads_the_finished_runs_and_runs_nothing(tmp_path: Any) -> None:
+def test_report_only_reads_the_finished_runs_and_runs_nothing(tmp_path: Any, monkeypatch: Any) -> None:
+    import recipes.apex.run
+    import recipes.dqn.run
+
+    def no_run(config: Any) -> None:
+        raise AssertionError("report_only ran a run")
+
+    monkeypatch.setattr(recipes.apex.run, "train", no_run)
+    monkeypatch.setattr(recipes.dqn.run, "train", no_run)
     config = ablate.AblateConfig(seeds=2, device="cpu", out=str(tmp_path / "x"), report_only=True)
     assert ablate.ablate(config, ["ablate"]) == {}  # nothing finished: nothing run, nothing written
     label, seed, run = ablate.tasks(config)[1]  # apex_matched, seed 0
