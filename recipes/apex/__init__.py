@@ -29,6 +29,11 @@ COMMANDS = (
         takes_name=True,
     ),
     Command(
+        "ablate",
+        "why Ape-X learns worse: its differences from one process removed one at a time",
+        "recipes.apex.ablate:main",
+    ),
+    Command(
         "actor-learner",
         "actor threads and a learner sharing one replay in one process",
         "recipes.apex.actor_learner:command",

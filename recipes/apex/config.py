@@ -25,6 +25,8 @@ from recipes.dqn.envs import check_env
 SET_BY_APEX = ("env", "arm", "seed", "total_steps", "n_step", "device")
 """Fields of the learner's :class:`DDQNConfig` that :class:`ApexConfig` sets itself."""
 PROG = "python -m recipes.apex train"
+ACTOR_EPSILONS = ("apex", "schedule")
+"""Values of ``ApexConfig.actor_epsilon``."""
 
 
 @dataclass(frozen=True)
@@ -53,10 +55,23 @@ class ApexConfig:
     """ε of ε_i = ε^(1 + α i / (N − 1)) (Ape-X: 0.4)."""
     epsilon_exponent: float = 7.0
     """α of that schedule (Ape-X: 7)."""
+    actor_epsilon: str = "apex"
+    """'apex': actor i acts with its fixed ε_i above (Horgan et al., Sec. 4); 'schedule': every actor
+    acts with the single-process recipe's ε (eps_start until learning_starts, then linear to eps_end
+    over eps_decay_steps), read at the env steps handed out to all actors before its chunk plus its
+    own steps in the chunk (an ablation: docs/recipes/apex_dqn.md, "Why Ape-X learns worse")."""
+    actor_priorities: bool = True
+    """Actors send their transitions' |δ| as initial priorities (Ape-X, Algorithm 1, line 10); False:
+    the transitions enter at the memory's maximum priority, as in the single-process recipe
+    (Schaul et al. 2016, Algorithm 1, line 6)."""
     actor_batch: int = 50
     """Complete transitions an actor gathers before it computes their priorities and sends them."""
     actor_sync_every: int = 400
     """Env steps per actor between weight pulls (a multiple of envs_per_actor; Ape-X: 400 frames)."""
+    actor_queue: int = 2
+    """Chunks of actor_sync_every env steps queued per actor.  Each carries the weights published when
+    it was queued, so an actor acts on θ up to actor_queue chunks old; 1 keeps the least staleness
+    (the actor waits for its next chunk's round trip)."""
     max_pending: int = 2
     """Sends an actor's ReplayWriter keeps unanswered before it waits."""
     publish_every: int = 20
@@ -92,9 +107,10 @@ class ApexConfig:
     def __post_init__(self) -> None:
         check_env(self.env)
         cli.one_of(self, "arm", PAPER_ARMS)
+        cli.one_of(self, "actor_epsilon", ACTOR_EPSILONS)
         cli.positive(self, "actors", "envs_per_actor", "actor_cpus", "total_steps", "n_step")
         cli.positive(self, "actor_batch", "actor_sync_every", "max_pending", "publish_every", "shards")
-        cli.positive(self, "prefetch_depth")
+        cli.positive(self, "prefetch_depth", "actor_queue")
         cli.at_least(self, 1, "target_every")
         cli.at_least(self, 0, "seed", "eval_every", "epsilon_exponent")
         cli.in_range(self, "epsilon", 0.0, 1.0)

@@ -39,6 +39,8 @@ class ActorFleet:
     def __init__(self, actors: Sequence[Any], chunk: int, total: int, depth: int = 2) -> None:
         self.actors, self.chunk, self.remaining = list(actors), chunk, total
         self.depth, self.steps, self.version = depth, 0, -1
+        self.handed = 0
+        """Env steps handed out so far (a chunk's ``start``: the clock of a scheduled ε)."""
         self.weights: ray.ObjectRef[dict[str, np.ndarray]] | None = None
         self._inflight: dict[ray.ObjectRef[dict[str, Any]], tuple[int, int]] = {}
         self._held = False
@@ -99,4 +101,6 @@ class ActorFleet:
         steps = min(self.chunk, self.remaining)
         if steps > 0:
             self.remaining -= steps
-            self._inflight[self.actors[i].run.remote(steps, self.version, [self.weights])] = (i, steps)
+            ref = self.actors[i].run.remote(steps, self.version, [self.weights], self.handed)
+            self.handed += steps
+            self._inflight[ref] = (i, steps)

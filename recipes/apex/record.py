@@ -78,6 +78,12 @@ class RunRecord:
             run_dir=folder,
         )
         self.evaluating = config.eval_every != 0
+        low, high = config.min_replay_ratio, config.max_replay_ratio
+        self.eval_ratio = low if low is not None and low == high else None
+        """The matched ratio r (min = max), or None: a nominal evaluation step t waits for the
+        r · (t − learning_from) updates the single-process recipe has made by its step t."""
+        self.learning_from: int | None = None
+        """Env steps when learning started (set by the loop)."""
         self.next_eval: int | None = cfg.eval_every if self.evaluating else None
         self.next_log = cfg.log_every
         self.stopped = "done"
@@ -105,7 +111,9 @@ class RunRecord:
         if budget is not None and time.perf_counter() - self.started > budget:
             fleet.stop()
             self.stopped = "time_budget"
-        if self.next_eval is not None and fleet.steps >= self.next_eval:
+        if self.next_eval is not None and eval_due(
+            fleet.steps, self.next_eval, learner.updates, self.eval_ratio, self.learning_from
+        ):
             with learner.timer("eval"):  # the chunks queued run on; new ones wait for the learner
                 result = self.evaluator.select(learner.q, self.next_eval)
             self.eval_env_steps.append(fleet.steps)
@@ -231,6 +239,20 @@ def wire_summary(totals: list[dict[str, Any]]) -> dict[str, Any]:
         "frames_per_transition": sum(t["frames_sent"] for t in totals) / sent,
         "transitions": sum(t["transitions"] for t in totals),
     }
+
+
+def eval_due(steps: int, nominal: int, updates: int, ratio: float | None, learning_from: int | None) -> bool:
+    """Whether the evaluation of nominal env step ``nominal`` is due: the actors have taken that
+    many env steps, and, in a matched run (``ratio``: min_replay_ratio = max_replay_ratio), the
+    learner has made the ``ratio · (nominal − learning_from)`` updates the single-process recipe
+    has made by its step ``nominal``.  (The actors run ahead of the learner by up to their queued
+    chunks: evaluating as soon as their steps reach ``nominal`` measured θ some 500 updates short
+    of the single process's on CartPole, which lowered Ape-X's curve but not its final score.)"""
+    if steps < nominal:
+        return False
+    if ratio is None or learning_from is None:
+        return True
+    return updates >= ratio * (nominal - learning_from)
 
 
 def describe_device(device: torch.device) -> str:

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import ray
 
-from recipes.common import outputs
+from recipes.common import outputs, rl_metrics
+from recipes.dqn.sweep_report import seed_metrics
 
 PROG = "python -m recipes.apex"
 """The studies' command."""
@@ -241,6 +242,118 @@ def compare_markdown(report: dict[str, Any], stem: str) -> str:
                 )
                 for label, s in report["summary"].items()
             ],
+        ),
+        "",
+        f"![{stem}]({stem}.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# -- why Ape-X learns worse: the ablation study -------------------------------------------------------
+
+
+def arm_metrics(curve: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One arm's per-seed final score and AUC (``recipes.common.rl_metrics``) with their IQM and
+    95 % bootstrap interval, and its runs' updates per env step."""
+    metrics = seed_metrics(curve)
+    return {
+        "seeds": curve["seeds"],
+        "final": metrics["final"],
+        "auc": metrics["auc"],
+        "final_iqm": rl_metrics.iqm_interval(metrics["final"]),
+        "auc_iqm": rl_metrics.iqm_interval(metrics["auc"]),
+        "updates_per_env_step": [updates_per_step(r) for r in results],
+        "wall_s": [r["wall_s"] for r in results],
+    }
+
+
+def ablate_summary(results: list[dict[str, Any]], curves: dict[str, Any], order: list[str]) -> dict[str, Any]:
+    """The study's keys: ``single``, ``apex_matched``, ``apex_free``, ``apex_all_matched`` and
+    ``ablations`` (``{name: arm}``, ``all`` among them), each arm as :func:`arm_metrics`; ``tests``:
+    per arm, its AUC and final score against ``apex_matched`` and against ``single``
+    (:func:`recipes.common.rl_metrics.compare`, at least 2 seeds each)."""
+    arms: dict[str, dict[str, Any]] = {}
+    for label in order:
+        mine = sorted((r for r in results if r["label"] == label), key=lambda r: r["config"]["seed"])
+        if mine:
+            arms[label] = arm_metrics(curves[mine[0]["curve"]], mine)
+    out: dict[str, Any] = {key: arms[key] for key in ("single", "apex_matched", "apex_free") if key in arms}
+    out["ablations"] = {
+        label.removeprefix("ablation "): arm for label, arm in arms.items() if label.startswith("ablation ")
+    }
+    if "apex_all_matched" in arms:
+        out["apex_all_matched"] = out["ablations"]["all"] = arms["apex_all_matched"]
+    tests: dict[str, Any] = {}
+    for label, arm in arms.items():
+        for base in ("apex_matched", "single"):
+            other = arms.get(base)
+            if base == label or other is None or min(len(arm["seeds"]), len(other["seeds"])) < 2:
+                continue
+            tests.setdefault(label, {})[f"vs_{base}"] = {
+                metric: rl_metrics.compare(arm[metric], other[metric]) for metric in ("auc", "final")
+            }
+    out["tests"] = tests
+    return out
+
+
+def ablate_markdown(report: dict[str, Any], stem: str) -> str:
+    """The table: per arm its seeds, final and AUC IQM [95 % interval], AUC against apex_matched and
+    against the single process."""
+    config = report["config"]
+
+    def interval(values: list[float]) -> str:
+        return f"{values[0]:.1f} [{values[1]:.1f}, {values[2]:.1f}]"
+
+    def test(label: str, base: str) -> str:
+        result = report["tests"].get(label, {}).get(f"vs_{base}")
+        if result is None:
+            return "–"
+        d = result["auc"]["difference"]
+        return f"{d[0]:+.1f} [{d[1]:+.1f}, {d[2]:+.1f}] {result['auc']['verdict']}"
+
+    arms: dict[str, Any] = {
+        key: report[key] for key in ("single", "apex_matched", "apex_free") if key in report
+    }
+    arms |= {f"ablation {k}": v for k, v in report["ablations"].items() if k != "all"}
+    if "apex_all_matched" in report:
+        arms["apex_all_matched"] = report["apex_all_matched"]
+    rows = [
+        (
+            label,
+            len(arm["seeds"]),
+            interval(arm["final_iqm"]),
+            interval(arm["auc_iqm"]),
+            " ".join(f"{v:.0f}" for v in arm["final"]),
+            test(label, "apex_matched"),
+            test(label, "single"),
+            f"{np.mean(arm['updates_per_env_step']):.3f}",
+        )
+        for label, arm in arms.items()
+    ]
+    status = "partial: missing " + ", ".join(report["missing"]) if report["partial"] else "complete"
+    lines = [
+        f"# Why Ape-X learns worse than one process on {config['env']}",
+        "",
+        f"Written by `{PROG} ablate`; protocol and discussion in `docs/recipes/apex_dqn.md`.",
+        "",
+        *provenance_lines(report, "learners"),
+        f"- {config['total_steps']:,} env steps per run, seeds from {config['seed']}, arm {config['arm']}, "
+        f"n-step {config['n_step']}, {config['actors']} actors; {status}",
+        f"- wall time: {report['wall_s']:,.0f} s",
+        "",
+        outputs.markdown_table(
+            (
+                "arm",
+                "seeds",
+                "final, IQM [95% CI]",
+                "AUC, IQM [95% CI]",
+                "final per seed",
+                "AUC − apex_matched",
+                "AUC − single",
+                "updates per env step",
+            ),
+            rows,
         ),
         "",
         f"![{stem}]({stem}.png)",

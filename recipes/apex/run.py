@@ -134,6 +134,8 @@ class ApexActor:
         torch.set_num_threads(1)
         self.config, self.learner = config, learner
         self.epsilon = actor_epsilon(index, config.actors, config.epsilon, config.epsilon_exponent)
+        # actor_epsilon 'schedule': the single-process recipe's ε, read at the env steps of all actors
+        self.schedules = Schedules.of(learner) if config.actor_epsilon == "schedule" else None
         self.env, self.spec = make_env(learner.env, config.envs_per_actor)
         self.q = QNetwork(learner.network, self.spec, learner.hidden, learner.shared_bias)
         self.q.eval()
@@ -151,11 +153,17 @@ class ApexActor:
         self.encoder, self.first_stream = frame_encoder(config, self.spec), index * config.envs_per_actor
 
     def run(
-        self, steps: int, version: int, weights: list[ray.ObjectRef[dict[str, np.ndarray]]]
+        self,
+        steps: int,
+        version: int,
+        weights: list[ray.ObjectRef[dict[str, np.ndarray]]],
+        start: int = 0,
     ) -> dict[str, Any]:
         """Take ``steps`` env steps (``steps / envs_per_actor`` steps of all environments), first
         loading ``weights`` (a one-element list, so Ray does not fetch it unless used) if its
-        ``version`` is newer.  Returns the counts so far and this chunk's finished episodes."""
+        ``version`` is newer.  ``start``: the env steps handed out to all actors before this chunk
+        (the clock of ``actor_epsilon='schedule'``).  Returns the counts so far and this chunk's
+        finished episodes."""
         if version > self.version:
             with self.timer("pull"):
                 state = ray.get(weights[0])
@@ -163,7 +171,9 @@ class ApexActor:
             self.version, self.counts["pulls"] = version, self.counts["pulls"] + 1
         finished: list[float] = []
         device = torch.device("cpu")
-        for _ in range(steps // self.config.envs_per_actor):
+        for k in range(steps // self.config.envs_per_actor):
+            if self.schedules is not None:  # the single-process recipe's ε at this env step
+                self.epsilon = self.schedules.at(start + k * self.config.envs_per_actor)[0]
             with self.timer("act"):  # A_t ~ ε_i-greedy(Q(S_t, ·; θ_i))
                 actions = act(self.q, self.obs, self.epsilon, self.rng, self.spec.num_actions, device)
             with self.timer("env"):
@@ -210,8 +220,10 @@ class ApexActor:
 
     def _send(self) -> None:
         transitions, envs, ends = self.builder.take_with_origin()
-        with self.timer("priorities"):
-            priorities = initial_priorities(self.q, transitions, self.learner.clip_priority)
+        priorities = None  # actor_priorities false: they enter at the memory's maximum priority
+        if self.config.actor_priorities:
+            with self.timer("priorities"):
+                priorities = initial_priorities(self.q, transitions, self.learner.clip_priority)
         with self.timer("send"):  # waits while max_pending earlier sends are unanswered
             message = transitions
             if self.encoder is not None:  # each environment's new frames once (its stream)
@@ -224,7 +236,7 @@ class ApexActor:
             self.writer.add(message, priorities)
         self.counts["wire_bytes"] += wire_nbytes(message, priorities)
         self.counts["stack_bytes"] += wire_nbytes(transitions, priorities)
-        self.counts["transitions"] += len(priorities)
+        self.counts["transitions"] += len(transitions["action"])
 
 
 def frame_encoder(config: ApexConfig, spec: EnvSpec) -> FrameStreamEncoder | None:
@@ -235,7 +247,7 @@ def frame_encoder(config: ApexConfig, spec: EnvSpec) -> FrameStreamEncoder | Non
     return FrameStreamEncoder(config.actors * config.envs_per_actor, spec.frame_stack)
 
 
-def wire_nbytes(message: dict[str, np.ndarray], priorities: np.ndarray) -> int:
+def wire_nbytes(message: dict[str, np.ndarray], priorities: np.ndarray | None) -> int:
     """Bytes of a send as pickled (protocol 5, what Ray's serializer builds on)."""
     return len(pickle.dumps((message, priorities), protocol=5))
 
@@ -332,6 +344,11 @@ class Learner:
 # -- the loop: actors, memory and learner together -------------------------------------------------
 
 
+def make_fleet(config: ApexConfig, actors: list[Any]) -> ActorFleet:
+    """The actors' work: chunks of ``actor_sync_every`` env steps, ``actor_queue`` queued per actor."""
+    return ActorFleet(actors, config.actor_sync_every, config.total_steps, depth=config.actor_queue)
+
+
 def train(config: ApexConfig) -> dict[str, Any]:
     """Run actors and learner until ``total_steps`` env steps; write ``apex_dqn.json`` to the run
     folder and return its contents.  Starts Ray (and shuts it down) unless it is running."""
@@ -345,13 +362,14 @@ def train(config: ApexConfig) -> dict[str, Any]:
     replay = make_memory(config, cfg, spec)
     learner = Learner(config, cfg, spec, replay)
     actors = start_actors(ApexActor, config.actors, config.actor_cpus, config, cfg, replay)
-    fleet = ActorFleet(actors, config.actor_sync_every, config.total_steps)
+    fleet = make_fleet(config, actors)
     record = RunRecord(config, cfg, folder, learner, fleet, started, load_start)
     try:
         fleet.start(publish(learner.q))
         while not fleet.finished and replay.stats()["size"] < cfg.learning_starts:
             record.after_chunks(fleet.poll(timeout=0.05))
         learning_from = (time.perf_counter(), fleet.steps)
+        record.learning_from = fleet.steps  # a matched run evaluates at the updates due by then
 
         def below(ratio: float | None) -> bool:
             """Fewer updates than ``ratio`` per env step since learning started."""
