@@ -288,6 +288,10 @@ UNMARKED: dict[tuple[str, str], str] = {
     ),
     ("docs/recipes/atari_ddqn.md", "| where | what |"): "where the recipe's PER lines are",
     (
+        "docs/recipes/apex_dqn.md",
+        "| difference | single process (source) | Ape-X matched (source) | removed by (`ApexConfig`) |",
+    ): "the two runs' settings, each with its source, and the switch that removes it (the ablation's inputs)",
+    (
         "docs/recipes/per_vs_uniform.md",
         "| profile | arm file | reference | step size | optimiser ε | priority | weights |",
     ): ("the registered arms and their sources (recipes/studies/configs/per_vs_uniform.yaml)"),
