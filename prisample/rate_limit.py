@@ -161,31 +161,36 @@ class RateLimiter:
         return count, self.timeout if timeout is _DEFAULT else _check_timeout(timeout)
 
     # -- both sides -----------------------------------------------------------------------------
+    def _attempt(
+        self, side: Side, n: int, start: float | None, timeout: float | None, refused: bool
+    ) -> float | None:
+        """One look at a call of ``n`` items on ``side`` (the caller holds the lock; shared by the
+        thread and the Ray waits), waiting since ``start`` (``None``: the first look, no wait
+        yet): refused (closed) → :exc:`RateLimiterClosedError`; admitted → counted, the seconds
+        waited returned; past ``timeout`` → :exc:`TimeoutError`; else ``None``: wait on."""
+        waited = 0.0 if start is None else time.monotonic() - start
+        if refused:
+            if start is not None:
+                self._record_wait(side, waited, timed_out=False)
+            raise self._closed_error(side, n)
+        if self._admits(side, n):
+            if start is not None:
+                self._record_wait(side, waited, timed_out=False)
+            self._count(side, n)
+            return waited
+        if timeout is not None and waited >= timeout:
+            self._record_wait(side, waited, timed_out=True)
+            raise self._timeout_error(side, n, timeout)
+        return None
+
     def _acquire(self, side: Side, n: int, timeout: float | None) -> float:
         with self._changed:
-            if self._closed:
-                raise self._closed_error(side, n)
-            if self._admits(side, n):
-                self._count(side, n)
-                self._changed.notify_all()
-                return 0.0
-            start = time.monotonic()
-            deadline = None if timeout is None else start + timeout
-            while True:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0.0:
-                    self._record_wait(side, time.monotonic() - start, timed_out=True)
-                    raise self._timeout_error(side, n, timeout)
-                self._changed.wait(left)
-                if self._closed:
-                    self._record_wait(side, time.monotonic() - start, timed_out=False)
-                    raise self._closed_error(side, n)
-                if self._admits(side, n):
-                    waited = time.monotonic() - start
-                    self._record_wait(side, waited, timed_out=False)
-                    self._count(side, n)
-                    self._changed.notify_all()
-                    return waited
+            start: float | None = None
+            while (waited := self._attempt(side, n, start, timeout, self._closed)) is None:
+                start = time.monotonic() if start is None else start
+                self._changed.wait(_left(start, timeout))
+            self._changed.notify_all()
+            return waited
 
     def insert(self, n: int = 1, *, timeout: float | None = _DEFAULT) -> float:
         """Wait until ``n`` items may be inserted, then count them; returns the seconds waited.
@@ -277,3 +282,8 @@ class RateLimiter:
             f"min_size_to_sample={self.min_size_to_sample}, "
             f"error_buffer=({self.min_diff}, {self.max_diff}), timeout={self.timeout})"
         )
+
+
+def _left(start: float, timeout: float | None) -> float | None:
+    """Seconds left before a wait begun at ``start`` times out (``None``: no timeout)."""
+    return None if timeout is None else max(0.0, start + timeout - time.monotonic())

@@ -66,6 +66,7 @@ Needs ``ray`` (``pip install prisample[ray]``); ``import prisample`` does not im
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 import time
@@ -80,7 +81,7 @@ import ray
 
 from prisample._validation import check_finite_priorities, check_positive_int, check_real, to_numpy
 from prisample.frame_stream import FRAME_KEYS, FRAME_WINDOW, FrameStreamDecoder
-from prisample.rate_limit import RateLimiter, RateLimiterClosedError, Side
+from prisample.rate_limit import RateLimiter, RateLimiterClosedError, Side, _left
 from prisample.replay import PrioritizedReplay
 from prisample.weights import WEIGHT_NORMS, LinearSchedule, WeightNorm, check_beta, importance_weights
 
@@ -294,32 +295,17 @@ class RateLimiterActor:
         limiter, changed = self.limiter, self._condition()
         count = check_positive_int(n, "n" if side == "insert" else "k")
         async with changed:  # every call runs on the one event loop: the limiter's lock is free
-            if limiter.closed or token in self._cancelled:
-                raise limiter._closed_error(side, count)
-            if limiter._admits(side, count):
-                limiter._count(side, count)
-                changed.notify_all()
-                return 0.0
-            start = time.monotonic()
-            deadline = None if timeout is None else start + timeout
-            while True:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0.0:
-                    limiter._record_wait(side, time.monotonic() - start, timed_out=True)
-                    raise limiter._timeout_error(side, count, timeout)
-                try:
-                    await asyncio.wait_for(changed.wait(), left)
-                except asyncio.TimeoutError:
-                    continue  # the deadline check above raises
-                if limiter.closed or token in self._cancelled:
-                    limiter._record_wait(side, time.monotonic() - start, timed_out=False)
-                    raise limiter._closed_error(side, count)
-                if limiter._admits(side, count):
-                    waited = time.monotonic() - start
-                    limiter._record_wait(side, waited, timed_out=False)
-                    limiter._count(side, count)
-                    changed.notify_all()
-                    return waited
+            start: float | None = None
+            while (
+                waited := limiter._attempt(
+                    side, count, start, timeout, limiter.closed or token in self._cancelled
+                )
+            ) is None:
+                start = time.monotonic() if start is None else start
+                with contextlib.suppress(asyncio.TimeoutError):  # the next attempt raises it
+                    await asyncio.wait_for(changed.wait(), _left(start, timeout))
+            changed.notify_all()
+            return waited
 
     async def cancel(self, token: str) -> None:
         """Refuse the calls carrying ``token``, waiting or later (a prefetcher being closed)."""
