@@ -38,9 +38,9 @@ def _torchrl_buffer(capacity: int) -> Any:
 
 
 def test_torchrl_overwritten_maximum_is_not_inherited() -> None:
+    rb = _torchrl_buffer(4)
     from tensordict import TensorDict
 
-    rb = _torchrl_buffer(4)
     rb.extend(TensorDict({"obs": torch.arange(4.0)}, [4]))
     rb.update_priority(torch.arange(4), torch.tensor([10.0, 1.0, 2.0, 3.0]))
     rb.extend(TensorDict({"obs": torch.tensor([9.0])}, [1]))  # overwrites slot 0, which held 10

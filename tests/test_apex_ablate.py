@@ -12,6 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+pytest.importorskip("ray")
+pytest.importorskip("gymnasium")
+
 from recipes.apex import ablate
 from recipes.apex.config import ApexConfig, learner_config
 from recipes.apex.report import ablate_summary

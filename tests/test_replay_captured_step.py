@@ -167,10 +167,17 @@ def test_the_sampler_step_setter_refuses_bad_values() -> None:
 # -- the Double DQN recipe's fused step ------------------------------------------------------------
 
 
+def _needs_the_recipes_extras() -> None:
+    """The recipe's modules import gymnasium and yaml (the ``rl`` extra); core-only runs skip."""
+    pytest.importorskip("gymnasium")
+    pytest.importorskip("yaml")
+
+
 def test_the_recipe_fused_step_equals_draw_learn_write_done_apart() -> None:
     """``make_replay_update`` (one call: draw, learn, write |δ|) against the same three steps
     called one by one, from the same networks, optimiser and memory: the same parameters and
     priorities after every update."""
+    _needs_the_recipes_extras()
     from recipes.dqn.agent import make_learner, make_replay_update
     from recipes.dqn.config import DDQNConfig
     from recipes.dqn.envs import EnvSpec
@@ -211,6 +218,7 @@ def test_the_recipe_fused_step_equals_draw_learn_write_done_apart() -> None:
     ("option", "value"), [("diagnostics", True), ("sampling", "laber")], ids=["diagnostics", "laber"]
 )
 def test_the_recipe_refuses_what_needs_the_drawn_slots_on_the_host(option: str, value: Any) -> None:
+    _needs_the_recipes_extras()
     from recipes.common.cli import ConfigError
     from recipes.dqn.config import DDQNConfig
 
