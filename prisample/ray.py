@@ -773,16 +773,35 @@ class RemotePrefetcher(Iterator[RemoteBatch]):
         return False
 
     def __next__(self) -> RemoteBatch:
-        if self._stop.is_set():
+        batch = self.get()
+        if batch is None:
             raise StopIteration
-        batch, error = self._queue.get()
+        return batch
+
+    def get(self, timeout: float | None = None) -> RemoteBatch | None:
+        """The next batch, waiting at most ``timeout`` seconds (``None``: until one comes); ``None``
+        when none came in time, or after the last of ``total`` (then :attr:`done` is true).
+        A loop that must go on while the rate limiter holds the learner back (its actors finish
+        their work meanwhile) asks with a timeout; ``next()`` waits."""
+        if timeout is not None:
+            timeout = check_real(timeout, "timeout", minimum=0.0)
+        if self._stop.is_set():
+            return None
+        try:
+            batch, error = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
         if error is not None:
             self.close()
             raise error
         if batch is None:
             self._stop.set()
-            raise StopIteration
         return batch
+
+    @property
+    def done(self) -> bool:
+        """No batch will come: the prefetcher was closed, met an error or handed out ``total``."""
+        return self._stop.is_set()
 
     def close(self) -> None:
         """Stop the thread (the batches drawn ahead are discarded)."""

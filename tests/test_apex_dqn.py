@@ -17,7 +17,7 @@ pytest.importorskip("gymnasium")
 
 from recipes.apex import run as apex_dqn
 from recipes.apex import studies as apex_studies
-from recipes.apex.config import ApexConfig
+from recipes.apex.config import ApexConfig, rate_limit
 from recipes.apex.nstep import NStepBuilder
 from recipes.apex.run import actor_epsilon, train
 from recipes.common.cli import ConfigError
@@ -82,6 +82,18 @@ def test_nstep_builder_interleaves_environments_and_flushes_open_windows() -> No
         ({"learner": {"lr": -1.0}}, "lr should be > 0"),
         ({"max_replay_ratio": 0.0}, "max_replay_ratio should be > 0"),
         ({"epsilon": 1.5}, "epsilon should lie in"),
+        ({"samples_per_insert": 0.0}, "samples_per_insert should be > 0"),
+        (
+            {"samples_per_insert": 16.0, "max_replay_ratio": 0.5},
+            "max_replay_ratio should be unset with samples_per_insert",
+        ),
+        ({"rate_error_buffer": 500.0}, "rate_error_buffer should come with samples_per_insert"),
+        ({"rate_timeout": 5.0}, "rate_timeout should come with samples_per_insert"),
+        ({"samples_per_insert": 16.0, "rate_timeout": 0.0}, "rate_timeout should be > 0"),
+        (
+            {"samples_per_insert": 16.0, "rate_error_buffer": 100.0},
+            r"rate_error_buffer should be at least 448: its width must hold one actor's send",
+        ),
     ],
 )
 def test_config_errors_name_the_option(changes: dict[str, Any], option: str) -> None:
@@ -141,6 +153,7 @@ SMALL = {
     "eval_envs": 2,
     "log_every": 200,
 }
+RATE_TIMEOUT_S = 120.0  # a side stalled in the limiter fails the test (TimeoutError), not hangs it
 ACTOR_CPUS = 0.5  # the session's Ray has 2 CPUs, and another module's test may still hold one
 
 
@@ -182,6 +195,50 @@ def test_cartpole_end_to_end(ray_local: Any, tmp_path: Path) -> None:
     assert saved["eval_steps"] == [400, 800] and len(saved["eval_scores"]) == 2
     assert saved["learner_config"]["n_step"] == 3 and saved["learner_config"]["learning_starts"] == 200
     assert (tmp_path / "eval.csv").exists() and (tmp_path / "metrics.csv").exists()
+
+
+def test_cartpole_held_to_samples_per_insert_by_the_memorys_rate_limiter(
+    ray_local: Any, tmp_path: Path
+) -> None:
+    """``samples_per_insert=8`` with batches of 16 is the recipe's 0.5 updates per env step: the
+    memory's limiter counts every transition sent and every item drawn, and holds inserts ·
+    spi − samples within ± the default buffer ((actor_batch + envs_per_actor) · spi + batch_size)
+    of spi · learning_starts, so the learner makes its share of updates and no more."""
+    spi, batch, starts = 8.0, SMALL["batch_size"], SMALL["learning_starts"]
+    config = ApexConfig(
+        env="CartPole-v1",
+        actors=2,
+        envs_per_actor=2,
+        total_steps=800,
+        actor_sync_every=100,
+        actor_batch=16,
+        publish_every=5,
+        eval_every=0,
+        samples_per_insert=spi,
+        rate_timeout=RATE_TIMEOUT_S,
+        actor_cpus=ACTOR_CPUS,
+        device="cpu",
+        seed=4,
+        out=str(tmp_path),
+        progress=False,
+        learner=SMALL,
+    )
+    buffer = (16 + 2) * spi + batch
+    assert rate_limit(config, batch, starts) == {
+        "samples_per_insert": spi,
+        "min_size_to_sample": starts,
+        "error_buffer": buffer,
+        "rate_timeout": RATE_TIMEOUT_S,
+    }
+    saved = train(config)
+    ratio = saved["replay_ratio"]
+    limiter = ratio["rate_limiter"]
+    assert ratio["samples_per_insert"] == spi
+    assert limiter["inserts"] == saved["transitions_added"] == saved["transitions_sent"]
+    # the prefetcher draws ahead of the learner: up to prefetch_depth + 1 batches not trained on
+    assert saved["updates"] * batch <= limiter["samples"] <= (saved["updates"] + 2) * batch
+    assert abs(limiter["inserts"] * spi - limiter["samples"] - spi * starts) <= buffer
+    assert saved["updates"] > 0.5 * (limiter["inserts"] - starts) - buffer / batch - 2
 
 
 def test_minatar_breakout_tiny(ray_local: Any, tmp_path: Path) -> None:

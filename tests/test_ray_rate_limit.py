@@ -144,6 +144,30 @@ def test_a_fast_learner_waits_for_a_slow_writer_and_its_prefetcher_closes(ray_lo
     assert all(inside(s, spi, low, high) for s in snapshots), [s["diff"] for s in snapshots]
 
 
+def test_a_prefetchers_get_with_a_timeout_returns_none_while_the_limiter_holds_the_learner(
+    ray_local: Any,
+) -> None:
+    """``get(timeout)`` (what the Ape-X learner calls, so that it can look at its actors while the
+    limiter holds it back): ``None`` before ``min_size_to_sample`` items arrived, the batches once
+    they did, then ``None`` with ``done`` after ``total``; a bad timeout is named."""
+    replay = memory(samples_per_insert=2.0, min_size_to_sample=10, error_buffer=20.0, rate_timeout=2 * LONG_S)
+    prefetcher = replay.prefetch(4, depth=1, total=3)
+    try:
+        assert bounded(lambda: prefetcher.get(timeout=0.2)) == {"result": None}
+        assert not prefetcher.done
+        with pytest.raises(ValueError, match="timeout"):
+            prefetcher.get(timeout=-1.0)
+        ray_local.get(replay.add(transitions(0, 10)))
+        got = [bounded(lambda: prefetcher.get(timeout=LONG_S))["result"] for _ in range(3)]
+        assert [batch.obs.shape for batch in got] == [(4, 2)] * 3
+        assert bounded(lambda: prefetcher.get(timeout=LONG_S)) == {"result": None}
+        assert prefetcher.done
+        assert bounded(lambda: prefetcher.get(timeout=None)) == {"result": None}
+    finally:
+        prefetcher.close()
+        replay.shutdown()
+
+
 def test_timeouts_shutdown_and_checkpoints(ray_local: Any) -> None:
     """Timeouts raise TimeoutError on either side and send nothing; the counters round-trip
     through state_dict; shutdown wakes a waiting writer with RateLimiterClosedError."""

@@ -85,6 +85,20 @@ class ApexConfig:
     """Actors get no new chunk while the learner has made fewer updates than this per env step since
     learning started (a rate limiter, as Reverb's SampleToInsertRatio; Ape-X has none); None: they
     never wait.  With max_replay_ratio equal, a run replays as the single-process recipe does."""
+    samples_per_insert: float | None = None
+    """Hold the learner and the actors to this many items drawn per transition inserted with the
+    memory's rate limiter (prisample.rate_limit, Reverb's SampleToInsertRatio): actors' sends wait
+    while the inserts are ahead, the learner's draws while it is ahead; sampling starts at
+    learning_starts transitions (see rate_error_buffer, rate_timeout).  The single-process recipe's
+    ratio is batch_size / replay_period (CartPole: 32 / 2 = 16).  None: no limiter
+    (min/max_replay_ratio may throttle instead)."""
+    rate_error_buffer: float | None = None
+    """The limiter's buffer e (inserts · samples_per_insert − samples stays within ± e of its value
+    when sampling starts); None: (actor_batch + envs_per_actor) · samples_per_insert + batch_size,
+    room for one actor's send and one draw (a narrower buffer can stall both sides)."""
+    rate_timeout: float | None = None
+    """Seconds an actor's send or the learner's draw waits in the limiter before TimeoutError (a
+    stalled side then fails the run instead of hanging it); None: no limit."""
     shards: int = 1
     """Ray actors holding the memory (prisample.ray.RemoteReplay shards)."""
     prefetch_depth: int = 1
@@ -114,12 +128,13 @@ class ApexConfig:
         cli.at_least(self, 1, "target_every")
         cli.at_least(self, 0, "seed", "eval_every", "epsilon_exponent")
         cli.in_range(self, "epsilon", 0.0, 1.0)
-        for name in ("max_replay_ratio", "min_replay_ratio", "time_budget_s"):
+        for name in ("max_replay_ratio", "min_replay_ratio", "time_budget_s", "samples_per_insert"):
             if getattr(self, name) is not None:
                 cli.positive(self, name)
         low, high = self.min_replay_ratio, self.max_replay_ratio
         if low is not None and high is not None:
             cli.require(low <= high, "min_replay_ratio", f"be at most max_replay_ratio={high}", low)
+        self._check_rate_limit()
         for name in ("total_steps", "actor_sync_every"):
             value = getattr(self, name)
             cli.require(
@@ -134,6 +149,42 @@ class ApexConfig:
                 key in allowed, "learner", f"name fields of the recipe's config but {SET_BY_APEX}", key
             )
         learner_config(self)  # a value the recipe refuses is refused here, before Ray starts
+
+    def _check_rate_limit(self) -> None:
+        if self.samples_per_insert is None:
+            for name in ("rate_error_buffer", "rate_timeout"):
+                value = getattr(self, name)
+                cli.require(value is None, name, "come with samples_per_insert", value)
+            return
+        if self.rate_timeout is not None:
+            cli.positive(self, "rate_timeout")
+        for name in ("min_replay_ratio", "max_replay_ratio"):
+            value = getattr(self, name)
+            cli.require(value is None, name, "be unset with samples_per_insert (one ratio control)", value)
+        if self.rate_error_buffer is not None:
+            batch_size = learner_config(self).batch_size
+            room = (self.actor_batch + self.envs_per_actor) * self.samples_per_insert + batch_size
+            cli.require(
+                self.rate_error_buffer >= room / 2,
+                "rate_error_buffer",
+                f"be at least {room / 2:g}: its width must hold one actor's send and one draw",
+                self.rate_error_buffer,
+            )
+
+
+def rate_limit(config: ApexConfig, batch_size: int, learning_starts: int) -> dict[str, Any]:
+    """``RemoteReplay``'s rate-limiter arguments for ``config``: none without samples_per_insert."""
+    if config.samples_per_insert is None:
+        return {}
+    buffer = config.rate_error_buffer
+    if buffer is None:
+        buffer = (config.actor_batch + config.envs_per_actor) * config.samples_per_insert + batch_size
+    return {
+        "samples_per_insert": config.samples_per_insert,
+        "min_size_to_sample": learning_starts,
+        "error_buffer": buffer,
+        "rate_timeout": config.rate_timeout,
+    }
 
 
 def recipe_config(env: str, arm: str, learner: dict[str, Any] | None, **fields: Any) -> DDQNConfig:

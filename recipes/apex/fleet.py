@@ -45,6 +45,7 @@ class ActorFleet:
         self._inflight: dict[ray.ObjectRef[dict[str, Any]], tuple[int, int]] = {}
         self._held = False
         self._owed: list[int] = []  # actors whose chunk returned while held
+        self._finishing: list[ray.ObjectRef[dict[str, Any]]] | None = None
 
     def start(self, weights: ray.ObjectRef[dict[str, np.ndarray]]) -> None:
         self.set_weights(weights)
@@ -91,7 +92,20 @@ class ActorFleet:
 
     def finish(self) -> list[dict[str, Any]]:
         """Every actor's ``finish()``: its totals once its last sends are answered."""
-        return ray.get([actor.finish.remote() for actor in self.actors])
+        return ray.get(self._finish_calls())
+
+    def finishing_done(self) -> bool:
+        """Asks every actor to ``finish()`` (once) and says whether all have: their last sends are
+        answered.  A learner held to a replay ratio draws until then, since those sends may wait
+        for its draws."""
+        calls = self._finish_calls()
+        ready, _ = ray.wait(calls, num_returns=len(calls), timeout=0.0)
+        return len(ready) == len(calls)
+
+    def _finish_calls(self) -> list[ray.ObjectRef[dict[str, Any]]]:
+        if self._finishing is None:
+            self._finishing = [actor.finish.remote() for actor in self.actors]
+        return self._finishing
 
     def kill(self) -> None:
         for actor in self.actors:

@@ -205,6 +205,8 @@ class RunRecord:
                 "replayed_per_added": learner.updates * cfg.batch_size / max(stats["num_added"], 1),
                 "max_updates_per_env_step": config.max_replay_ratio,
                 "min_updates_per_env_step": config.min_replay_ratio,
+                "samples_per_insert": config.samples_per_insert,
+                "rate_limiter": {key: stats[key] for key in RATE_LIMITER_STATS if key in stats},
                 "recipe_updates_per_env_step": 1.0 / cfg.replay_period,
             },
             "dropped_updates": stats["dropped_updates"],
@@ -226,6 +228,10 @@ class RunRecord:
             "best_policy_episodes": best.episodes if best is not None else 0,
             "train_returns_last_20": float(np.mean(self.returns[-20:])) if self.returns else math.nan,
         }
+
+
+RATE_LIMITER_STATS = ("inserts", "samples", "insert_waits", "sample_waits", "insert_wait_s", "sample_wait_s")
+"""The memory's rate-limiter counters a run reports (``RemoteReplay.stats``; absent without one)."""
 
 
 def wire_summary(totals: list[dict[str, Any]]) -> dict[str, Any]:

@@ -26,8 +26,11 @@ and the learner (Horgan et al., Algorithm 2, with Schaul et al.'s Algorithm 1 in
         θ ← θ + η Σ_j w_j δ_j ∇_θ Q(s_j, a_j; θ)                             (line 5-6; PER 11-14)
         memory.update_priorities(j, |δ_j|)                                    (line 7-8; PER 12)
         every target_every updates θ_target ← θ; every publish_every updates publish θ
-        optional rate limits on updates per env step since learning started:
-            the learner waits above max_replay_ratio, the actors wait below min_replay_ratio
+        optional replay-ratio control, one of:
+            samples_per_insert: the memory's rate limiter holds the actors' sends and the
+                learner's draws to that many items drawn per transition inserted (± a buffer);
+            rate limits on updates per env step since learning started: the learner waits
+                above max_replay_ratio, the actors wait below min_replay_ratio
     (old transitions leave the sliding-window memory as new ones arrive: line 9)
 
 An actor has no target network, so its initial priority takes its copy θ_i in both roles of the
@@ -85,7 +88,7 @@ import torch
 
 from prisample.frame_stream import FrameStreamEncoder
 from prisample.ray import RemoteBatch, RemoteReplay, ReplayWriter
-from recipes.apex.config import PROG, ApexConfig, learner_config, ray_cpus, run_dir, start_ray
+from recipes.apex.config import PROG, ApexConfig, learner_config, rate_limit, ray_cpus, run_dir, start_ray
 from recipes.apex.fleet import ActorFleet, publish, start_actors
 from recipes.apex.nstep import FIELDS, NStepBuilder
 from recipes.apex.record import RunRecord
@@ -99,6 +102,8 @@ from recipes.dqn.parts import MetricWindow, Timer
 from recipes.dqn.update import as_batch
 
 ACTOR_PARTS = ("act", "env", "build", "priorities", "send", "pull")
+POLL_S = 0.01
+"""Seconds the learner waits for a batch the rate limiter holds back before it looks at the actors."""
 LEARNER_PARTS = ("wait_batch", "learn", "update_priorities", "publish", "poll", "throttle", "eval")
 
 
@@ -275,6 +280,7 @@ def make_memory(config: ApexConfig, cfg: DDQNConfig, spec: EnvSpec) -> RemoteRep
         alpha=cfg.alpha,
         eps=cfg.priority_eps,
         backend=cfg.replay,
+        **rate_limit(config, cfg.batch_size, cfg.learning_starts),
         **stacked,
     )
 
@@ -375,8 +381,17 @@ def train(config: ApexConfig) -> dict[str, Any]:
             """Fewer updates than ``ratio`` per env step since learning started."""
             return ratio is not None and learner.updates < ratio * (fleet.steps - learning_from[1])
 
+        limited = config.samples_per_insert is not None
+
+        def done() -> bool:
+            """Every env step taken and, under a rate limit, every transition sent (the actors'
+            last sends may wait in the memory's limiter for the learner's draws)."""
+            if not fleet.finished or below(config.min_replay_ratio):
+                return False
+            return not limited or fleet.finishing_done()
+
         with replay.prefetch(cfg.batch_size, depth=config.prefetch_depth) as batches:
-            while not fleet.finished or below(config.min_replay_ratio):
+            while not done():
                 with learner.timer("poll"):
                     results = fleet.poll()
                 record.after_chunks(results)
@@ -390,7 +405,9 @@ def train(config: ApexConfig) -> dict[str, Any]:
                     continue
                 learner.anneal(fleet.steps)
                 with learner.timer("wait_batch"):  # PER: j ~ P(j), drawn ahead by the prefetch thread
-                    batch = next(batches)
+                    batch = batches.get(timeout=POLL_S if limited else None)
+                if batch is None:  # the rate limiter holds the learner back: look at the actors
+                    continue
                 learner.learn(batch)
                 if learner.updates % config.publish_every == 0:
                     fleet.set_weights(learner.publish())
