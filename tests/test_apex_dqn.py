@@ -157,8 +157,9 @@ RATE_TIMEOUT_S = 120.0  # a side stalled in the limiter fails the test (TimeoutE
 ACTOR_CPUS = 0.5  # the session's Ray has 2 CPUs, and another module's test may still hold one
 
 
-def test_cartpole_end_to_end(ray_local: Any, tmp_path: Path) -> None:
-    config = ApexConfig(
+def cartpole(tmp_path: Path, **changes: Any) -> ApexConfig:
+    """A CI-sized CartPole run: 2 actors of 2 environments, 800 env steps, the learner on the CPU."""
+    return ApexConfig(
         env="CartPole-v1",
         actors=2,
         envs_per_actor=2,
@@ -166,16 +167,17 @@ def test_cartpole_end_to_end(ray_local: Any, tmp_path: Path) -> None:
         actor_sync_every=100,
         actor_batch=16,
         publish_every=5,
-        eval_every=400,
-        max_replay_ratio=0.5,
-        min_replay_ratio=0.5,
         actor_cpus=ACTOR_CPUS,
         device="cpu",
-        seed=3,
         out=str(tmp_path),
         progress=False,
         learner=SMALL,
+        **changes,
     )
+
+
+def test_cartpole_end_to_end(ray_local: Any, tmp_path: Path) -> None:
+    config = cartpole(tmp_path, eval_every=400, max_replay_ratio=0.5, min_replay_ratio=0.5, seed=3)
     result = train(config)
     saved = json.loads((tmp_path / "apex_dqn.json").read_text())
     assert saved["steps"] == result["steps"] == 800 and saved["config"]["actors"] == 2
@@ -205,24 +207,7 @@ def test_cartpole_held_to_samples_per_insert_by_the_memorys_rate_limiter(
     spi − samples within ± the default buffer ((actor_batch + envs_per_actor) · spi + batch_size)
     of spi · learning_starts, so the learner makes its share of updates and no more."""
     spi, batch, starts = 8.0, SMALL["batch_size"], SMALL["learning_starts"]
-    config = ApexConfig(
-        env="CartPole-v1",
-        actors=2,
-        envs_per_actor=2,
-        total_steps=800,
-        actor_sync_every=100,
-        actor_batch=16,
-        publish_every=5,
-        eval_every=0,
-        samples_per_insert=spi,
-        rate_timeout=RATE_TIMEOUT_S,
-        actor_cpus=ACTOR_CPUS,
-        device="cpu",
-        seed=4,
-        out=str(tmp_path),
-        progress=False,
-        learner=SMALL,
-    )
+    config = cartpole(tmp_path, eval_every=0, samples_per_insert=spi, rate_timeout=RATE_TIMEOUT_S, seed=4)
     buffer = (16 + 2) * spi + batch
     assert rate_limit(config, batch, starts) == {
         "samples_per_insert": spi,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import platform
 import time
 from dataclasses import asdict
@@ -232,6 +233,11 @@ class RunRecord:
 
 RATE_LIMITER_STATS = ("inserts", "samples", "insert_waits", "sample_waits", "insert_wait_s", "sample_wait_s")
 """The memory's rate-limiter counters a run reports (``RemoteReplay.stats``; absent without one)."""
+
+
+def wire_nbytes(message: dict[str, np.ndarray], priorities: np.ndarray | None) -> int:
+    """Bytes of a send as pickled (protocol 5, what Ray's serializer builds on)."""
+    return len(pickle.dumps((message, priorities), protocol=5))
 
 
 def wire_summary(totals: list[dict[str, Any]]) -> dict[str, Any]:

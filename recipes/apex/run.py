@@ -77,7 +77,6 @@ from __future__ import annotations
 
 import copy
 import os
-import pickle
 import sys
 import time
 from typing import Any
@@ -91,7 +90,7 @@ from prisample.ray import RemoteBatch, RemoteReplay, ReplayWriter
 from recipes.apex.config import PROG, ApexConfig, learner_config, rate_limit, ray_cpus, run_dir, start_ray
 from recipes.apex.fleet import ActorFleet, publish, start_actors
 from recipes.apex.nstep import FIELDS, NStepBuilder
-from recipes.apex.record import RunRecord
+from recipes.apex.record import RunRecord, wire_nbytes
 from recipes.common import cli, outputs
 from recipes.dqn.agent import act, double_dqn_td_error, make_learner, transition_targets
 from recipes.dqn.config import DDQNConfig, resolve_device
@@ -250,11 +249,6 @@ def frame_encoder(config: ApexConfig, spec: EnvSpec) -> FrameStreamEncoder | Non
     if spec.frame_stack == 1:
         return None
     return FrameStreamEncoder(config.actors * config.envs_per_actor, spec.frame_stack)
-
-
-def wire_nbytes(message: dict[str, np.ndarray], priorities: np.ndarray | None) -> int:
-    """Bytes of a send as pickled (protocol 5, what Ray's serializer builds on)."""
-    return len(pickle.dumps((message, priorities), protocol=5))
 
 
 # -- the memory ------------------------------------------------------------------------------------
