@@ -41,7 +41,7 @@ import torch.distributed as dist
 from torch.utils.data import Sampler
 
 from prisample._validation import as_indices, as_priorities, check_integer
-from prisample.ledger import DrawLedger, _sampler_facts
+from prisample.ledger import DrawLedger, _pending_entry, _sampler_facts
 from prisample.sampler import Draw, PrioritizedSampler
 from prisample.weights import LinearSchedule
 
@@ -368,4 +368,4 @@ def _interleave(group: list[tuple[Draw, float]]) -> dict[str, Any]:
     for r, (draw, _) in enumerate(group):
         indices[r::replicas], weights[r::replicas] = draw.indices, draw.weights
         probabilities[r::replicas] = draw.probabilities
-    return {"indices": indices, "weights": weights, "probabilities": probabilities, "beta": group[0][1]}
+    return _pending_entry(Draw(indices, weights, probabilities), group[0][1])

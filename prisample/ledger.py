@@ -221,15 +221,7 @@ class DrawLedger(Sampler[int]):
                 "version": STATE_VERSION,
                 "sampler": self.sampler.state_dict(),
                 "yielded": self._yielded,
-                "pending": [
-                    {
-                        "indices": d.indices.copy(),
-                        "weights": d.weights.copy(),
-                        "probabilities": d.probabilities.copy(),
-                        "beta": beta,
-                    }
-                    for d, beta in pending
-                ],
+                "pending": [_pending_entry(d, beta) for d, beta in pending],
             }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -287,6 +279,16 @@ def _check_keys(state: Any, keys: frozenset[str], name: str) -> None:
         raise ValueError(f"{name} is missing the keys {missing}")
     if unknown:
         raise ValueError(f"{name} has unknown keys {unknown}")
+
+
+def _pending_entry(draw: Draw, beta: float) -> dict[str, Any]:
+    """One drawn, unclaimed batch as ``DrawLedger.state_dict`` writes it under ``pending``."""
+    return {
+        "indices": draw.indices.copy(),
+        "weights": draw.weights.copy(),
+        "probabilities": draw.probabilities.copy(),
+        "beta": beta,
+    }
 
 
 def _sampler_facts(sampler_state: Any, capacity: int) -> tuple[npt.NDArray[np.bool_], int, int]:

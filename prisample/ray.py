@@ -293,7 +293,7 @@ class RateLimiterActor:
         waited.  :exc:`TimeoutError` after ``timeout`` seconds; :exc:`RateLimiterClosedError` once
         closed, or once :meth:`cancel` was called with ``token``."""
         limiter, changed = self.limiter, self._condition()
-        count = check_positive_int(n, "n" if side == "insert" else "k")
+        count, timeout = limiter._check_call(side, n, timeout)
         async with changed:  # every call runs on the one event loop: the limiter's lock is free
             start: float | None = None
             while (
@@ -463,8 +463,8 @@ class RemoteReplay:
         self.capacities = tuple(sizes)
         self.rate_timeout = rate_timeout
         self.rate_limiter: Any = None
-        self._arrived = False
         """The :class:`RateLimiterActor` handle, or ``None`` without ``samples_per_insert``."""
+        self._arrived = False  # an admitted insert has reached a shard (see _wait_for_arrivals)
         if samples_per_insert is not None:
             self.rate_limiter = (
                 ray.remote(RateLimiterActor)
