@@ -17,14 +17,19 @@ draw per batch), so a training step claims its batch with :meth:`DistributedPrio
 and a checkpoint resumes exactly; on one process the ledger alone does that job.
 
 A checkpoint records the world size ``R`` it was saved by, and resumes under another ``R'`` by
-re-sharding the global draw.  Its unclaimed draws, read as the sequence of per-rank batches in the
-order their updates are applied (draw by draw, rank by rank), are regrouped ``R'`` at a time into
-global draws of ``R'`` ranks; the ``G = R · (ceil(N / R) - yielded)`` global indices the epoch has
-still to draw are shared as ``G / R'`` per rank.  So the resumed run trains on exactly the global
-indices the old world had drawn, applies their updates in the same order (priorities bitwise equal),
-and draws the epoch's remaining ``G`` indices, ``k · R'`` per batch.  Where that cannot be done
-(``R'`` does not divide the per-rank batches in hand or ``G``, batches of different sizes or ``β``
-would share a draw, or the epoch has more left than ``R'`` ranks' epoch holds) the load is refused.
+re-sharding the global draw.  Its unclaimed draws, read as one sequence of indices in the order
+their updates are applied (draw by draw, rank by rank), are cut into global draws of ``k · R'``
+(rank ``r`` taking the ``r``-th ``k`` of each); once the epoch is all drawn, what remains (fewer
+than ``k · R'``, such as the old ranks' short last batches) makes one last draw, an equal share
+per rank.  So every rank replays batches of ``k`` but the epoch's last, as its ``DataLoader``
+groups them.  The ``G = R · (ceil(N / R) - yielded)`` global indices the epoch has still to draw
+are shared as ``G / R'`` per rank.  So the resumed run trains on exactly the global indices the old
+world had drawn (with their draw-time weights and ``β``), applies their updates in the same order
+(priorities bitwise equal), and draws the epoch's remaining ``G`` indices, ``k · R'`` per batch.
+Where that cannot be done (the indices in hand do not make whole batches of ``k`` for ``R'`` ranks,
+or an equal share each at the epoch's end; one draw would mix indices drawn at different ``β``;
+``R'`` does not divide ``G``, or the epoch has more left than ``R'`` ranks' epoch holds) the load is
+refused, naming both world sizes, and nothing changes.
 """
 
 from __future__ import annotations
@@ -313,7 +318,7 @@ class DistributedPrioritizedSampler(Sampler[int]):
         """``state``, saved by ``saved`` ranks, as ``replicas`` ranks would have written it at the
         same point of the global draw; raises (changing nothing) where no such state exists."""
         old = DrawLedger(self.sampler, topology=lambda: (saved, 0)).parse(state, extra_keys=keys)
-        length = _sampler_facts(old.sampler, self.sampler.capacity)[2]
+        _, k, length = _sampler_facts(old.sampler, self.sampler.capacity)
         total, new_total = math.ceil(length / saved), math.ceil(length / replicas)
         refused = f"a state saved by num_replicas={saved} cannot resume with num_replicas={replicas}"
         # The per-rank batches in hand, in the order their updates are applied: draw by draw, rank by rank.
@@ -325,25 +330,13 @@ class DistributedPrioritizedSampler(Sampler[int]):
                     f"not a multiple of {saved} (one batch per rank)"
                 )
             batches += [(_slice(draw, slice(r, None, saved)), beta) for r in range(saved)]
-        held = sum(d.indices.shape[0] for d, _ in batches)
         if not batches and old.yielded in (0, total):  # between epochs: the next one is R''s own
             return {**state, "yielded": 0 if old.yielded == 0 else new_total, "pending": []}
-        if len(batches) % replicas:
-            raise ValueError(
-                f"{refused} here: the per-rank batches drawn and not yet trained on ({len(batches)}) "
-                f"cannot be shared evenly by {replicas} ranks (resume with num_replicas={saved}, or "
-                "from a checkpoint taken with none in hand)"
-            )
-        pending = []
-        for start in range(0, len(batches), replicas):
-            group = batches[start : start + replicas]
-            if len({d.indices.shape[0] for d, _ in group}) > 1 or len({beta for _, beta in group}) > 1:
-                raise ValueError(
-                    f"{refused} here: per-rank batches {start} to {start + replicas - 1} in hand differ "
-                    f"in size or β, so they cannot make one draw of {replicas} ranks"
-                )
-            pending.append(_interleave(group))
         left = saved * (total - old.yielded)  # global indices the epoch has still to draw
+        pending = [
+            _interleave(group, beta) for group, beta in _regroup(batches, k, saved, replicas, left == 0)
+        ]
+        held = sum(d.indices.shape[0] for d, _ in batches)
         yielded = new_total - left // replicas
         if left % replicas or yielded < held // replicas:
             raise ValueError(
@@ -358,14 +351,52 @@ def _slice(draw: Draw, part: slice) -> Draw:
     return Draw(draw.indices[part], draw.weights[part], draw.probabilities[part])
 
 
-def _interleave(group: list[tuple[Draw, float]]) -> dict[str, Any]:
+def _regroup(
+    batches: list[tuple[Draw, float]], k: int, saved: int, replicas: int, epoch_drawn: bool
+) -> list[tuple[list[Draw], float]]:
+    """The per-rank batches in hand, as ``replicas`` ranks would hold them: their indices, in update
+    order, cut into global draws of ``k · replicas`` (rank ``r`` taking the ``r``-th ``k``), and
+    what remains (only the epoch's last draws may leave some) into one last draw of an equal share
+    per rank.  Each rank then replays batches of ``k`` but the epoch's last, as its ``DataLoader``
+    groups them; each returned draw is ``(per-rank slices, β)``.  Raises where no such cut exists."""
+    if not batches:
+        return []
+    refused = f"a state saved by num_replicas={saved} cannot resume with num_replicas={replicas} here"
+    indices = np.concatenate([d.indices for d, _ in batches])
+    weights = np.concatenate([d.weights for d, _ in batches])
+    probabilities = np.concatenate([d.probabilities for d, _ in batches])
+    betas = np.concatenate([np.full(d.indices.shape[0], beta) for d, beta in batches])
+    held, full = indices.shape[0], k * replicas
+    rest = held % full
+    if rest and (not epoch_drawn or rest % replicas):
+        where = "before more of the epoch is drawn" if not epoch_drawn else "at the end of the epoch"
+        raise ValueError(
+            f"{refused}: the {held} global indices drawn and not yet trained on cannot be shared "
+            f"evenly by {replicas} ranks in batches of {k} ({rest} left over {where}; resume with "
+            f"num_replicas={saved}, or from a checkpoint taken with none in hand)"
+        )
+    draws: list[tuple[list[Draw], float]] = []
+    for start in range(0, held, full):
+        stop = min(start + full, held)
+        if np.any(betas[start:stop] != betas[start]):
+            raise ValueError(
+                f"{refused}: the indices in hand from {start} to {stop - 1} were drawn at "
+                f"different β, so they cannot make one draw of {replicas} ranks"
+            )
+        share = (stop - start) // replicas
+        parts = [slice(start + r * share, start + (r + 1) * share) for r in range(replicas)]
+        draws.append(([Draw(indices[p], weights[p], probabilities[p]) for p in parts], float(betas[start])))
+    return draws
+
+
+def _interleave(group: list[Draw], beta: float) -> dict[str, Any]:
     """One global draw whose rank ``r`` slice (positions ``r, r + R, …``) is ``group[r]``: the
     pending entry of :meth:`~prisample.ledger.DrawLedger.state_dict`."""
-    replicas, k = len(group), group[0][0].indices.shape[0]
+    replicas, k = len(group), group[0].indices.shape[0]
     indices = np.empty(k * replicas, dtype=np.int64)
     weights = np.empty(k * replicas, dtype=np.float32)
     probabilities = np.empty(k * replicas, dtype=np.float64)
-    for r, (draw, _) in enumerate(group):
+    for r, draw in enumerate(group):
         indices[r::replicas], weights[r::replicas] = draw.indices, draw.weights
         probabilities[r::replicas] = draw.probabilities
-    return _pending_entry(Draw(indices, weights, probabilities), group[0][1])
+    return _pending_entry(Draw(indices, weights, probabilities), beta)
