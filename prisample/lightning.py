@@ -43,7 +43,7 @@ from lightning.pytorch.callbacks import Callback
 from prisample.diagnostics import Diagnostics, WeightMonitor
 from prisample.distributed import DistributedPrioritizedSampler
 from prisample.ledger import DrawLedger
-from prisample.sampler import INDEXED_HINT, PrioritizedSampler
+from prisample.sampler import INDEXED_HINT, PrioritizedSampler, loader_batch_size_problem
 from prisample.weights import LinearSchedule, check_beta
 
 __all__ = ["PrioritizedSamplingCallback", "batch_weights"]
@@ -300,12 +300,9 @@ class PrioritizedSamplingCallback(Callback):
                 f"with {trainer.world_size} processes the sampler should be a "
                 "prisample.distributed.DistributedPrioritizedSampler (one draw shared by all ranks)"
             )
-        batch_size = getattr(loader, "batch_size", None)
-        if isinstance(batch_size, int) and batch_size != driver.batch_size:
-            raise ValueError(
-                "the train DataLoader's batch_size should equal "
-                f"sampler.batch_size={driver.batch_size}, but got batch_size={batch_size}"
-            )
+        problem = loader_batch_size_problem(getattr(loader, "batch_size", None), driver.batch_size)
+        if problem is not None:
+            raise ValueError(problem)
         if self.beta_start is not None:
             if self.beta_end is None:
                 driver.beta = self.beta_start

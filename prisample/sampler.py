@@ -66,6 +66,23 @@ LAG_WARNING = (
 )
 
 
+def loader_batch_size_problem(batch_size: object, sampler_batch_size: int) -> str | None:
+    """What is wrong with a ``DataLoader`` of ``batch_size`` over a sampler that draws
+    ``sampler_batch_size`` at a time, naming the fix; ``None`` where they agree or ``batch_size`` is
+    not an ``int`` (a loader given a ``batch_sampler`` has ``batch_size=None``).
+
+    Each batch should be one draw: the loader groups the sampler's indices ``batch_size`` at a
+    time, so any other size splits draws across batches (their strata, weights and updates no
+    longer line up)."""
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size == sampler_batch_size:
+        return None
+    return (
+        f"the DataLoader's batch_size should equal sampler.batch_size={sampler_batch_size} (each batch one "
+        f"draw of the sampler), but got batch_size={batch_size}: pass DataLoader(batch_size="
+        f"{sampler_batch_size}), or build the sampler with batch_size={batch_size}"
+    )
+
+
 def as_batch_indices(indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """``as_indices(indices)``, naming :class:`~prisample.IndexedDataset` when ``indices`` looks like
     a batch's data (several dimensions, or not integers): a dataset that was not wrapped."""
@@ -137,7 +154,10 @@ class PrioritizedSampler(Sampler[int]):
     When :meth:`update_priorities` gets a batch this iteration drew before its latest draw (a
     ``DataLoader`` with ``num_workers > 0`` drawing ahead; detected when the loader's
     ``batch_size`` equals the sampler's), it warns once (``UserWarning``): the fix is a
-    :class:`~prisample.ledger.DrawLedger` (or the Lightning callback), or ``num_workers=0``.
+    :class:`~prisample.ledger.DrawLedger` (or the Lightning callback), or ``num_workers=0``.  When
+    it gets the first ``b`` indices an epoch of the iteration yielded, ``b`` neither the epoch's
+    first draw nor the whole epoch, the ``DataLoader``'s ``batch_size`` is ``b``, not
+    :attr:`batch_size`: it warns once (``UserWarning``) naming both.
 
     Every public call is atomic under threads: it holds :attr:`lock`, which you can hold to make
     several calls one atomic step.
@@ -193,6 +213,11 @@ class PrioritizedSampler(Sampler[int]):
         self._iter_draws: dict[bytes, int] = {}
         self._iter_count = 0
         self._lag_warned = False
+        # Batch-size check: the first draws of the iteration's current epoch, and the epoch's length
+        # (0 once the epoch's first batch was seen, or after the warning).
+        self._head: list[npt.NDArray[np.int64]] = []
+        self._head_length = 0
+        self._size_warned = False
         self._raw = np.full(self.capacity, np.nan)  # raw priorities; NaN marks an empty slot
         self._backend: Backend = cls(self._raw, self._alpha, self._eps)
         if initial:
@@ -305,7 +330,9 @@ class PrioritizedSampler(Sampler[int]):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update({"_iter_draws": {}, "_iter_count": 0, "_lag_warned": False} | state)
+        fresh = {"_iter_draws": {}, "_iter_count": 0, "_lag_warned": False}
+        fresh |= {"_head": [], "_head_length": 0, "_size_warned": False}
+        self.__dict__.update(fresh | state)
         self._lock = threading.RLock()
 
     # -- writes ---------------------------------------------------------------------------------
@@ -323,7 +350,8 @@ class PrioritizedSampler(Sampler[int]):
         Accepts numpy arrays, torch tensors (any device) and lists.  Nothing changes unless every
         index is a filled slot and every priority is finite and non-negative.  Warns once when
         ``indices`` is a batch that the sampler's iteration (a ``DataLoader``) drew before its
-        latest draw (see the class).
+        latest draw, and once when it shows the ``DataLoader``'s ``batch_size`` differs from
+        :attr:`batch_size` (see the class).
         """
         idx = as_batch_indices(indices)
         values = as_priorities(priorities, idx.shape[0])
@@ -333,6 +361,8 @@ class PrioritizedSampler(Sampler[int]):
             self._written(idx)
             if self._iter_draws:
                 self._check_lag(idx)
+            if self._head_length:
+                self._check_batch_size(idx)
 
     def _check_lag(self, idx: npt.NDArray[np.int64]) -> None:
         """Warn once if ``idx`` is a batch ``__iter__`` drew before its latest draw."""
@@ -342,6 +372,35 @@ class PrioritizedSampler(Sampler[int]):
         self._lag_warned = True
         self._iter_draws.clear()  # warned once: stop recording
         warnings.warn(LAG_WARNING.format(lag=self._iter_count - drawn), UserWarning, stacklevel=3)
+
+    def _check_batch_size(self, idx: npt.NDArray[np.int64]) -> None:
+        """Warn once if ``idx`` is a ``DataLoader``'s first batch of the epoch and not one draw.
+
+        A loader yields batches of its ``batch_size`` ``b`` but the epoch's last, so its first batch
+        is the epoch's first ``b`` indices, and ``b`` is known unless that batch is the whole epoch.
+        Other updates (of any slots) rarely equal that prefix, so they pass."""
+        size = idx.shape[0]
+        if not size or size >= self._head_length:
+            return
+        first = self._head[0]
+        if size == first.shape[0] and np.array_equal(idx, first):  # batches and draws line up
+            self._head, self._head_length = [], 0
+            return
+        ends = np.cumsum([draw.shape[0] for draw in self._head])
+        count = int(np.searchsorted(ends, size)) + 1  # draws holding the first ``size`` indices
+        if count > len(self._head) or not np.array_equal(idx, np.concatenate(self._head[:count])[:size]):
+            return
+        problem = loader_batch_size_problem(size, self.batch_size)
+        if problem is None:
+            return
+        self._size_warned = True
+        self._head, self._head_length = [], 0
+        message = (
+            f"{problem}.  The sampler draws {self.batch_size} indices at a time and the DataLoader "
+            f"groups them {size} at a time, so the strata of a draw are spread over several batches "
+            "and batches drawn ahead of the train step (num_workers > 0) are not recognised as late"
+        )
+        warnings.warn(message, UserWarning, stacklevel=3)
 
     def write(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
         """Removals and additions as one ordered write: ``priorities[j]`` NaN empties slot
@@ -433,6 +492,9 @@ class PrioritizedSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         # One sample() per batch: the lock is never held across a yield.
         remaining = len(self)
+        with self._lock:
+            self._head = []
+            self._head_length = 0 if self._size_warned else remaining
         while remaining > 0:
             k = min(self.batch_size, remaining)
             with self._lock:
@@ -442,7 +504,10 @@ class PrioritizedSampler(Sampler[int]):
             remaining -= k
 
     def _record_draw(self, indices: npt.NDArray[np.int64]) -> None:
-        """Remember a batch ``__iter__`` drew, for the lag check of :meth:`update_priorities`."""
+        """Remember a batch ``__iter__`` drew, for the lag and batch-size checks of
+        :meth:`update_priorities`."""
+        if self._head_length and len(self._head) < RECENT_DRAWS:
+            self._head.append(indices)
         if self._lag_warned:
             return
         self._iter_count += 1
@@ -503,3 +568,4 @@ class PrioritizedSampler(Sampler[int]):
             self.num_samples, self.epoch = new.num_samples, new.epoch
             self._raw, self._backend, self._rng = new.raw, new.backend, new.rng
             self._iter_draws.clear()  # draws of the replaced history
+            self._head, self._head_length = [], 0
