@@ -605,7 +605,7 @@ class WeightMonitor:
             if not count:
                 return math.nan
             w = w if w.is_floating_point() else w.double()
-            mean, low = torch.stack([w.mean(), w.amin()]).tolist()  # one synchronisation
+            mean, low = (float(v) for v in torch.stack([w.mean(), w.amin()]).tolist())  # one sync
         else:
             values = _weights(weights)
             count = int(values.shape[0])
