@@ -223,7 +223,21 @@ def check_size(size: Any, capacity: int) -> int:
     return number
 
 
+def real_scalar(value: Any) -> Any:
+    """The Python number a 0-d torch tensor or numpy array of integers or floats holds (what
+    TorchRL's parameter schedulers set), ``value`` itself otherwise (left to the caller's check)."""
+    if isinstance(value, torch.Tensor):
+        if value.ndim == 0 and not value.is_complex() and value.dtype != torch.bool:
+            return value.item()
+    elif isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "fiu":
+        return value.item()
+    return value
+
+
 def check_real(value: Any, name: str, *, minimum: float, strict: bool = False) -> float:
+    """``value`` (a real number or a 0-d tensor or array holding one) as a finite float
+    ``>= minimum`` (``> minimum`` if ``strict``); ``TypeError``/``ValueError`` naming it."""
+    value = real_scalar(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} should be a real number, but got {name}={short_repr(value)}")
     number = float(value)

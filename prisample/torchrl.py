@@ -57,7 +57,10 @@ Differences from TorchRL's own sampler:
   sampler draws what the saved one would have.  TorchRL draws every batch from the buffer's
   generator, or from ``np.random`` without one.
 * ``update_priority`` refuses negative, infinite or NaN priorities (``ValueError`` naming
-  ``priority``); ``beta`` must lie in ``[0, 1]`` (or be a :class:`~prisample.LinearSchedule`).
+  ``priority``); ``beta`` must lie in ``[0, 1]`` (or be a :class:`~prisample.LinearSchedule`):
+  TorchRL's ``ParameterScheduler`` sets ``alpha`` and ``beta`` as numbers or 0-d tensors, both
+  taken, but a ``β`` stepped above 1 raises ``ValueError`` (give the scheduler ``max_value=1.0``)
+  where TorchRL's sampler takes it.
 * Storages must be one-dimensional (``storage.ndim == 1``): a multi-dimensional storage raises a
   ``ValueError`` naming its shape (flatten the data, e.g. ``rb.extend(td.reshape(-1))``).
 
@@ -261,7 +264,9 @@ class PrioritizedSampler(Sampler):  # type: ignore[misc]  # torchrl ships no typ
 
     @property
     def beta(self) -> float:
-        """``β`` of the next draw; set a float in ``[0, 1]`` or a :class:`~prisample.LinearSchedule`."""
+        """``β`` of the next draw; set a number in ``[0, 1]`` (a 0-d tensor too, as TorchRL's
+        schedulers set it) or a :class:`~prisample.LinearSchedule`.  ``β > 1`` is refused
+        (``ValueError``; cap a scheduler with ``max_value=1.0``)."""
         return self._engine.beta
 
     @beta.setter

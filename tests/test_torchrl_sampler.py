@@ -420,6 +420,37 @@ def test_list_storage_and_scheduled_parameters() -> None:
     np.testing.assert_allclose(info["priority_weight"].numpy(), w, rtol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning")  # TorchRL's np.clip on a tensor
+def test_torchrl_parameter_schedulers_drive_alpha_and_beta() -> None:
+    """TorchRL's ``LinearScheduler``/``StepScheduler`` set ``alpha`` and ``beta`` as 0-d tensors
+    (given tensor parameters, as TorchRL's own scheduler test does); the setters refused them with
+    ``TypeError``.  They now follow the schedule; a ``β`` stepped above 1 raises ``ValueError``
+    naming the cap (``max_value=1.0``) and leaves ``β`` where it was."""
+    from torchrl.data.replay_buffers.scheduler import LinearScheduler, SchedulerList, StepScheduler
+
+    sampler = PrioritizedSampler(16, alpha=torch.tensor(1.0), beta=torch.tensor(0.1), seed=0)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(16), sampler=sampler, batch_size=4)
+    rb.extend(TensorDict({"obs": torch.arange(16.0)}, batch_size=[16]))
+    alpha_end, steps = torch.tensor(0.2), 8
+    schedulers = SchedulerList(
+        [
+            LinearScheduler(rb, param_name="alpha", final_value=alpha_end, num_steps=steps),
+            StepScheduler(rb, param_name="beta", gamma=torch.tensor(0.1), mode="additive", max_value=1.0),
+        ]
+    )
+    for step in range(1, 12):
+        schedulers.step()
+        rb.sample()
+        expected_alpha = 1.0 + (0.2 - 1.0) * min(step, steps) / steps
+        assert sampler.alpha == pytest.approx(expected_alpha, abs=1e-6)
+        assert sampler.beta == pytest.approx(min(0.1 + 0.1 * step, 1.0), abs=1e-6)
+    assert sampler.beta == 1.0  # clipped there by the scheduler's max_value
+    uncapped = StepScheduler(rb, param_name="beta", gamma=torch.tensor(0.1), mode="additive")
+    with pytest.raises(ValueError, match=r"beta should be in \[0, 1\] \(.*max_value=1\.0\)"):
+        uncapped.step()
+    assert sampler.beta == 1.0
+
+
 def test_docs_examples_run() -> None:
     """Every python block of docs/torchrl.md runs (each block stands alone)."""
     text = (ROOT / "docs" / "torchrl.md").read_text()

@@ -107,6 +107,9 @@ BAD_CALLS = {
     "alpha NaN": (ValueError, "alpha", lambda s: setattr(s, "alpha", float("nan"))),
     "alpha string": (TypeError, "alpha", lambda s: setattr(s, "alpha", "1")),
     "beta too large": (ValueError, "beta", lambda s: setattr(s, "beta", 2.0)),
+    "beta 0-d tensor too large": (ValueError, "beta", lambda s: setattr(s, "beta", torch.tensor(1.5))),
+    "alpha 1-d tensor": (TypeError, "alpha", lambda s: setattr(s, "alpha", torch.tensor([0.5]))),
+    "beta bool tensor": (TypeError, "beta", lambda s: setattr(s, "beta", torch.tensor(True))),
 }
 
 
@@ -130,6 +133,29 @@ def test_rejected_call_names_argument_and_changes_nothing(backend, call):
         s.update_priorities([0], [float(j)])
         twin.update_priorities([0], [float(j)])
         assert_draws_equal(s.sample(2), twin.sample(2))
+
+
+def test_alpha_and_beta_take_0d_tensors_and_arrays_as_torchrl_schedulers_set_them():
+    """TorchRL's parameter schedulers set ``alpha`` and ``beta`` as 0-d tensors, which the setters
+    (and the constructor) refused with ``TypeError``: they hold the number such a tensor or a 0-d
+    array holds, as a float.  A ``β`` above 1 is refused by name, pointing at the cap."""
+    s = PrioritizedSampler(4, alpha=torch.tensor(1.0), beta=torch.tensor(0.1), seed=0)
+    assert (s.alpha, s.beta) == (1.0, pytest.approx(0.1))
+    s.update_priorities([0, 1, 2, 3], [0.5, 1.0, 2.0, 4.0])
+    s.alpha = torch.tensor(0.5, dtype=torch.float64)
+    s.beta = torch.tensor(0.25)
+    assert type(s.alpha) is float and type(s.beta) is float and (s.alpha, s.beta) == (0.5, 0.25)
+    twin = PrioritizedSampler(4, alpha=0.5, beta=0.25, seed=0)
+    twin.update_priorities([0, 1, 2, 3], [0.5, 1.0, 2.0, 4.0])
+    np.testing.assert_array_equal(s.probabilities([0, 1, 2, 3]), twin.probabilities([0, 1, 2, 3]))
+    assert_draws_equal(s.sample(3), twin.sample(3))
+    s.alpha, s.beta = np.array(0.7), np.array(1)
+    assert (s.alpha, s.beta) == (0.7, 1.0)
+    with pytest.raises(
+        ValueError, match=r"beta should be in \[0, 1\] \(.*max_value=1\.0\), but got beta=1\.5"
+    ):
+        s.beta = torch.tensor(1.5)
+    assert s.beta == 1.0
 
 
 def test_update_with_one_nan_changes_no_priority():
