@@ -76,7 +76,11 @@ def as_indices(indices: Any, name: str = "indices") -> npt.NDArray[np.int64]:
 
 
 def as_priorities(priorities: Any, length: int, name: str = "priorities") -> npt.NDArray[np.float64]:
-    """One-dimensional float64 array of ``length`` values (finiteness by :func:`check_slots`)."""
+    """One-dimensional float64 array of ``length`` values (finiteness by :func:`check_slots`).
+
+    The one conversion of every ``update_priorities`` (sampler, replay, device sampler, DDP
+    sampler, methods, SB3): a scalar, shape ``(k,)`` or ``(k, 1)`` (what ``model(x)`` gives for
+    one output per item, taken as its column); any other shape is refused by name."""
     if (
         type(priorities) is np.ndarray
         and priorities.dtype is _FLOAT64
@@ -91,8 +95,13 @@ def as_priorities(priorities: Any, length: int, name: str = "priorities") -> npt
         )
     if array.ndim == 0:
         array = array.reshape(1)
+    elif array.ndim == 2 and array.shape[1] == 1:
+        array = array[:, 0]
     if array.ndim != 1:
-        raise ValueError(f"{name} should be one-dimensional, but got shape {array.shape}")
+        raise ValueError(
+            f"{name} should be one-dimensional, of shape (k,) or (k, 1) with one value per index, "
+            f"but got shape {array.shape}"
+        )
     if array.shape[0] != length:
         raise ValueError(f"{name} should have one value per index ({length}), but got {array.shape[0]}")
     return array.astype(np.float64, copy=False)
@@ -223,7 +232,21 @@ def check_size(size: Any, capacity: int) -> int:
     return number
 
 
+def real_scalar(value: Any) -> Any:
+    """The Python number a 0-d torch tensor or numpy array of integers or floats holds (what
+    TorchRL's parameter schedulers set), ``value`` itself otherwise (left to the caller's check)."""
+    if isinstance(value, torch.Tensor):
+        if value.ndim == 0 and not value.is_complex() and value.dtype != torch.bool:
+            return value.item()
+    elif isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "fiu":
+        return value.item()
+    return value
+
+
 def check_real(value: Any, name: str, *, minimum: float, strict: bool = False) -> float:
+    """``value`` (a real number or a 0-d tensor or array holding one) as a finite float
+    ``>= minimum`` (``> minimum`` if ``strict``); ``TypeError``/``ValueError`` naming it."""
+    value = real_scalar(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} should be a real number, but got {name}={short_repr(value)}")
     number = float(value)

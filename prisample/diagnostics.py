@@ -593,19 +593,27 @@ class WeightMonitor:
         return math.fsum(means) / len(means) if means else math.nan
 
     def update(self, weights: Any) -> float:
-        """Record one batch's importance weights; returns their mean (NaN for an empty batch,
-        which is not recorded).  ``ValueError`` if the mean is not finite."""
+        """Record one batch's importance weights, each finite and ``>= 0`` (any shape); returns
+        their mean (NaN for an empty batch, which is not recorded).  ``ValueError`` naming the
+        first weight that is negative or not finite (or if the mean is not finite), and then
+        nothing is recorded."""
         if hasattr(weights, "detach"):  # a torch tensor, perhaps on a GPU: reduce there
+            import torch  # the caller's tensor means torch is loaded; only numpy otherwise
+
             w = weights.detach()
             count = int(w.numel())
-            mean = float((w if w.is_floating_point() else w.double()).mean()) if count else math.nan
+            if not count:
+                return math.nan
+            w = w if w.is_floating_point() else w.double()
+            mean, low = (float(v) for v in torch.stack([w.mean(), w.amin()]).tolist())  # one sync
         else:
-            values = np.asarray(weights, dtype=np.float64)
-            count = int(values.size)
-            mean = float(values.mean()) if count else math.nan
-        if not count:
-            return mean
-        if not math.isfinite(mean):
+            values = _weights(weights)
+            count = int(values.shape[0])
+            if not count:
+                return math.nan
+            mean, low = float(values.mean()), float(values.min())
+        if not (low >= 0.0 and math.isfinite(mean)):
+            _weights(weights)  # names the first weight that is negative or not finite
             raise ValueError(f"weights should be finite, but got a batch whose mean is {mean!r}")
         self._means.append(mean)
         self.last_mean = mean

@@ -100,8 +100,9 @@ class FrameStreamEncoder:
 
     def encode(self, obs: npt.ArrayLike, next_obs: npt.ArrayLike, streams: npt.ArrayLike) -> dict[str, Any]:
         """The message of ``n`` transitions: ``obs`` and ``next_obs`` of shape ``(n, frame_stack,
-        *frame_shape)`` (one shape and dtype for every call), ``streams`` their stream ids.
-        Everything is checked before the encoder's state changes."""
+        *frame_shape)`` (one shape and dtype for every call), ``streams`` their stream ids;
+        ``n = 0`` gives a message that decodes to empty stacks and moves no stream.  Everything
+        is checked before the encoder's state changes."""
         obs_array, next_array = to_numpy(obs, "obs"), to_numpy(next_obs, "next_obs")
         n = obs_array.shape[0] if obs_array.ndim else 0
         for name, value in (("obs", obs_array), ("next_obs", next_array)):
@@ -277,7 +278,7 @@ class FrameStreamDecoder:
                     f"{self._transitions[s]}, frame {self._frames[s]}), but got transition "
                     f"{transitions}, frame {before}: a message was lost or arrived out of order"
                 )
-        first = np.concatenate(([0], np.cumsum(heads[:, 3])[:-1])).astype(np.int64)
+        first = np.cumsum(heads[:, 3]) - heads[:, 3]  # row of each stream's first new frame
         low = np.zeros(self.num_streams, dtype=np.int64)
         high = np.zeros(self.num_streams, dtype=np.int64)
         low[streams] = -np.minimum(heads[:, 2], self.window)

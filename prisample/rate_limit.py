@@ -54,6 +54,7 @@ Side = Literal["insert", "sample"]
 _COUNTS = ("inserts", "samples", "insert_waits", "sample_waits", "insert_timeouts", "sample_timeouts")
 _SECONDS = ("insert_wait_s", "sample_wait_s")
 _DEFAULT: Any = object()  # "the constructor's timeout" (None already means: wait forever)
+_REQUIRED: Any = object()  # error_buffer left out: refused with what it is, not Python's bare message
 
 
 class RateLimiterClosedError(RuntimeError):
@@ -71,7 +72,11 @@ class RateLimiter:
         samples_per_insert: items drawn per item inserted, ``> 0``.
         min_size_to_sample: items inserted before any sample may proceed, ``>= 1``.
         error_buffer: ``e >= 0`` (the buffer ``offset ± e``) or ``(min_diff, max_diff)``; its width
-            must be at least ``samples_per_insert + 1``.
+            must be at least ``samples_per_insert + 1``.  Required, as Reverb's
+            ``SampleToInsertRatio`` requires it: no default fits every call size (the width
+            must hold the largest insert and draw, see Deadlocks), so leaving it out raises a
+            ``TypeError`` that says what it is and how to size it (``e = k + n ·
+            samples_per_insert`` leaves room for an insert of ``n`` and a draw of ``k``).
         timeout: seconds a call waits before :exc:`TimeoutError` (``None``: no limit); a call's
             own ``timeout=`` overrides it.
     """
@@ -81,9 +86,17 @@ class RateLimiter:
         samples_per_insert: float,
         *,
         min_size_to_sample: int = 1,
-        error_buffer: float | tuple[float, float],
+        error_buffer: float | tuple[float, float] = _REQUIRED,
         timeout: float | None = None,
     ) -> None:
+        if error_buffer is _REQUIRED:
+            raise TypeError(
+                "RateLimiter needs error_buffer (as Reverb's SampleToInsertRatio does): how far "
+                "diff = inserts * samples_per_insert - samples may stray from samples_per_insert * "
+                "min_size_to_sample, a number e (that value ± e) or a pair (min_diff, max_diff). "
+                "Its width must hold the largest insert of n items and draw of k, else both sides "
+                "can wait on each other: e.g. error_buffer=k + n * samples_per_insert"
+            )
         spi = check_real(samples_per_insert, "samples_per_insert", minimum=0.0, strict=True)
         min_size = check_positive_int(min_size_to_sample, "min_size_to_sample")
         offset = spi * min_size

@@ -226,7 +226,8 @@ class PrioritizedSampler(Sampler[int]):
     # -- parameters -----------------------------------------------------------------------------
     @property
     def alpha(self) -> float:
-        """Prioritization exponent ``α`` (0: uniform); setting it rebuilds the distribution."""
+        """Prioritization exponent ``α`` (0: uniform); setting it (a number, or a 0-d tensor or
+        array holding one, as TorchRL's parameter schedulers set) rebuilds the distribution."""
         return self._alpha
 
     @alpha.setter
@@ -243,7 +244,12 @@ class PrioritizedSampler(Sampler[int]):
 
     @property
     def beta(self) -> float:
-        """``β`` for the next draw (the schedule's value at the number of batches drawn)."""
+        """``β`` for the next draw (the schedule's value at the number of batches drawn).
+
+        Set a number in ``[0, 1]`` (or a 0-d tensor or array holding one) or a
+        :class:`~prisample.LinearSchedule`.  ``β > 1`` raises ``ValueError`` naming it, and
+        ``β`` stays as it was: the paper anneals ``β`` up to 1 (Sec. 3.4) and gives no meaning to
+        more, so a schedule should stop at 1 (TorchRL's schedulers: ``max_value=1.0``)."""
         with self._lock:
             return beta_at(self._beta, self._step)
 

@@ -57,7 +57,10 @@ Differences from TorchRL's own sampler:
   sampler draws what the saved one would have.  TorchRL draws every batch from the buffer's
   generator, or from ``np.random`` without one.
 * ``update_priority`` refuses negative, infinite or NaN priorities (``ValueError`` naming
-  ``priority``); ``beta`` must lie in ``[0, 1]`` (or be a :class:`~prisample.LinearSchedule`).
+  ``priority``); ``beta`` must lie in ``[0, 1]`` (or be a :class:`~prisample.LinearSchedule`):
+  TorchRL's ``ParameterScheduler`` sets ``alpha`` and ``beta`` as numbers or 0-d tensors, both
+  taken, but a ``β`` stepped above 1 raises ``ValueError`` (give the scheduler ``max_value=1.0``)
+  where TorchRL's sampler takes it.
 * Storages must be one-dimensional (``storage.ndim == 1``): a multi-dimensional storage raises a
   ``ValueError`` naming its shape (flatten the data, e.g. ``rb.extend(td.reshape(-1))``).
 
@@ -80,11 +83,18 @@ that class.  ``TensorDictPrioritizedReplayBuffer`` builds TorchRL's sampler itse
 Distributed use: TorchRL's replay services take the sampler as a constructor argument, so they
 accept this one, on the process that owns the buffer (the sampler is never shared between
 processes; remote callers reach it through the buffer's ``sample``, ``update_priority`` and
-``update_tensordict_priority``).  ``RemoteTensorDictReplayBuffer`` (``torch.distributed.rpc``):
-build it on the owner with ``sampler=PrioritizedSampler(...)``.  Ray (``ReplayBuffer(...,
-service_backend="ray")`` or ``RayReplayBuffer``): pass a constructor,
-``sampler=functools.partial(PrioritizedSampler, N, alpha=0.6, beta=0.4)``, as TorchRL asks for
-its components.  Neither path is exercised by prisample's tests.
+``update_tensordict_priority``).  Another process would hold a copy whose updates never come back,
+so the sampler refuses to go to one, as TorchRL's prioritized sampler does: pickled while a
+process starts (``spawn`` or ``forkserver``: a buffer given to ``multiprocessing.Process``) it
+raises ``RuntimeError`` at ``Process.start()``, and a forked copy raises it at its first
+``update_priority`` or write; the message names the fix (keep the buffer in one process and send
+it the data and priorities, e.g. through a ``multiprocessing.Queue``).  Pickling it otherwise (a
+checkpoint, ``copy.deepcopy``) makes an independent copy, as before.
+
+``RemoteTensorDictReplayBuffer`` (``torch.distributed.rpc``): build it on the owner with
+``sampler=PrioritizedSampler(...)``.  Ray (``ReplayBuffer(..., service_backend="ray")`` or
+``RayReplayBuffer``): pass a constructor, ``sampler=functools.partial(PrioritizedSampler, N,
+alpha=0.6, beta=0.4)``, as TorchRL asks for its components.  Neither path is exercised by prisample's tests.
 
 Needs the ``torchrl`` extra (``pip install prisample[torchrl]``); ``import prisample`` does not
 import this module.
@@ -106,6 +116,8 @@ import this module.
 
 from __future__ import annotations
 
+import os
+from multiprocessing.context import get_spawning_popen
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +143,15 @@ WEIGHT_DTYPES = (torch.float32, torch.float64)
 STATE_VERSION = 1
 STATE_FILE = "prisample_sampler.pt"
 _STATE_KEYS = {"version", "max_capacity", "engine"}
+NOT_SHARED_ERROR = (
+    "prisample.torchrl.PrioritizedSampler cannot be shared between processes: another process "
+    "holds a copy of its priorities, so its update_priority calls and writes never reach this "
+    "one. Keep the buffer in one process and send it the other processes' data and priorities "
+    "(e.g. through a multiprocessing.Queue from which the owner calls rb.extend and "
+    "rb.update_priority). To save the sampler, use state_dict() (or pickle it outside "
+    "Process.start())."
+)
+"""The message of the ``RuntimeError`` raised when the sampler would reach another process."""
 
 
 class PrioritizedSampler(Sampler):  # type: ignore[misc]  # torchrl ships no type information
@@ -208,6 +229,7 @@ class PrioritizedSampler(Sampler):  # type: ignore[misc]  # torchrl ships no typ
         self._seeded = seed is not None
         self.weight_monitor = WeightMonitor()
         """The mean importance weight over the last batches; warns once if it collapses."""
+        self._owner_pid = os.getpid()  # a forked copy is refused its writes (see _check_owner)
 
     def __repr__(self) -> str:
         return (
@@ -242,7 +264,9 @@ class PrioritizedSampler(Sampler):  # type: ignore[misc]  # torchrl ships no typ
 
     @property
     def beta(self) -> float:
-        """``β`` of the next draw; set a float in ``[0, 1]`` or a :class:`~prisample.LinearSchedule`."""
+        """``β`` of the next draw; set a number in ``[0, 1]`` (a 0-d tensor too, as TorchRL's
+        schedulers set it) or a :class:`~prisample.LinearSchedule`.  ``β > 1`` is refused
+        (``ValueError``; cap a scheduler with ``max_value=1.0``)."""
         return self._engine.beta
 
     @beta.setter
@@ -288,6 +312,8 @@ class PrioritizedSampler(Sampler):  # type: ignore[misc]  # torchrl ships no typ
         self._seeded = True
 
     def __getstate__(self) -> dict[str, Any]:
+        if get_spawning_popen() is not None:  # pickled by Process.start() for a new process
+            raise RuntimeError(NOT_SHARED_ERROR)
         state: dict[str, Any] = super().__getstate__()  # drops the buffer's generator, as TorchRL does
         state.pop("_rng", None)
         state["_generator"] = None
@@ -297,6 +323,12 @@ class PrioritizedSampler(Sampler):  # type: ignore[misc]  # torchrl ships no typ
         self.__dict__.update(state)
         if "weight_monitor" not in state:  # pickled before the monitor existed
             self.weight_monitor = WeightMonitor()
+        self._owner_pid = os.getpid()  # an unpickled copy is its process's own sampler
+
+    def _check_owner(self) -> None:
+        """``RuntimeError`` in a forked copy: its updates would never reach the sampler it copied."""
+        if os.getpid() != self._owner_pid:
+            raise RuntimeError(NOT_SHARED_ERROR)
 
     # -- TorchRL's sampler protocol ------------------------------------------------------------
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -333,6 +365,7 @@ class PrioritizedSampler(Sampler):  # type: ignore[misc]  # torchrl ships no typ
         hold it, the older ones at most it), so the first slot's item leaves and every slot enters
         at the maximum read then.
         """
+        self._check_owner()
         slots, _ = self._slots(index, storage)
         if slots.shape[0]:
             engine = self._engine
@@ -359,8 +392,10 @@ class PrioritizedSampler(Sampler):  # type: ignore[misc]  # torchrl ships no typ
         ``priority`` is one value for every index or one per index (any shape with that many
         elements).  Every priority must be finite and ``>= 0``.  Items the sampler has not seen
         written (a storage filled before the buffer was built) are entered first, unless they
-        lie beyond ``len(storage)``.  On any error nothing changes.
+        lie beyond ``len(storage)``.  On any error nothing changes.  ``RuntimeError`` in a process
+        the sampler was forked into (see the module).
         """
+        self._check_owner()
         slots, keep = self._slots(index, storage)
         values = to_numpy(priority, "priority")
         if values.dtype.kind not in "fiu":

@@ -10,7 +10,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from prisample._validation import check_choice, short_repr, to_numpy
+from prisample._validation import check_choice, real_scalar, short_repr, to_numpy
 
 __all__ = [
     "WEIGHT_NORMS",
@@ -39,12 +39,21 @@ def as_weight_norm(value: Any, name: str = "weight_norm") -> WeightNorm:
 
 
 def check_beta(beta: float, name: str = "beta") -> float:
-    """``beta`` as a float in ``[0, 1]``, else ``ValueError`` naming it."""
+    """``beta`` (a number, or a 0-d tensor or array holding one) as a float in ``[0, 1]``, else
+    ``TypeError``/``ValueError`` naming it.  ``β > 1`` is refused, not clamped: the paper anneals
+    ``β`` up to 1 (full correction, Sec. 3.4) and gives no meaning to more, and a schedule that
+    overshoots is better stopped than silently held at 1."""
+    beta = real_scalar(beta)
     if isinstance(beta, bool) or not isinstance(beta, (int, float, np.floating, np.integer)):
         raise TypeError(f"{name} should be a float in [0, 1], but got {name}={beta!r}")
     value = float(beta)
     if not 0.0 <= value <= 1.0:  # also rejects NaN
-        raise ValueError(f"{name} should be in [0, 1], but got {name}={beta!r}")
+        hint = (
+            " (β anneals up to 1 at most: cap the schedule at 1, e.g. TorchRL's max_value=1.0)"
+            if value > 1
+            else ""
+        )
+        raise ValueError(f"{name} should be in [0, 1]{hint}, but got {name}={beta!r}")
     return value
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from prisample import PrioritizedSampler
-from prisample.diagnostics import Diagnostics, ReplayCounter, TDSnapshots, WeightStats
+from prisample.diagnostics import Diagnostics, ReplayCounter, TDSnapshots, WeightMonitor, WeightStats
 from prisample.methods.lap import lap_loss, lap_priorities, pal_loss
 from prisample.replay import PrioritizedReplay
 from prisample.sampler import Draw
@@ -326,6 +326,14 @@ def test_diagnostics_refuse_bad_errors_weights_and_priorities(bad: float) -> Non
     ):
         diag.on_draw(0, draw)
     assert _counter_state(diag.counter) == counts and not diag.weights.rows()
+
+    # WeightMonitor took a negative weight into its mean (update([-0.5, -0.25]) gave -0.375)
+    monitor = WeightMonitor(window=4, min_batches=1)
+    monitor.update([1.0, 0.5])
+    for batch in ([1.0, 0.5, bad], np.array([[1.0], [0.5], [bad]]), torch.tensor([1.0, 0.5, bad])):
+        with pytest.raises(ValueError, match=r"weights should be finite and >= 0, but got weights\[2\]="):
+            monitor.update(batch)
+        assert monitor.batches == 1 and monitor.weight_mean == 0.75 and monitor.last_mean == 0.75
 
     td = TDSnapshots(num_quantiles=3)
     if math.isnan(bad):  # NaN marks an empty slot: left out, not refused

@@ -146,6 +146,27 @@ def test_a_new_encoder_restarts_its_stream() -> None:
     assert np.array_equal(got_obs, obs[rows])
 
 
+def test_an_empty_message_round_trips_as_empty_stacks() -> None:
+    """An encoder given no transitions (an actor flushing an empty batch) builds a message that
+    the decoder read, then failed to advance on (``zip() argument 2 is longer than argument 1``:
+    the heads' first-frame rows were one too many): it decodes to two empty stacks and leaves
+    every stream where it was."""
+    messages, obs, next_obs, streams, _ = interleaved(6, 2, 3, "zeros")
+    encoder = FrameStreamEncoder(2, STACK)
+    decoder = FrameStreamDecoder(2, STACK, SHAPE, np.uint8)
+    none = np.zeros((0, STACK, *SHAPE), np.uint8)
+    empty = encoder.encode(none, none, np.zeros(0, np.int64))
+    got_obs, got_next = decoder.decode(empty)
+    assert got_obs.shape == got_next.shape == (0, STACK, *SHAPE)
+    assert got_obs.dtype == np.uint8
+    for rows in messages:
+        got_obs, got_next = decoder.decode(encoder.encode(obs[rows], next_obs[rows], streams[rows]))
+        assert np.array_equal(got_obs, obs[rows]) and np.array_equal(got_next, next_obs[rows])
+        ring = decoder._ring.copy()
+        assert decoder.decode(encoder.encode(none, none, []))[0].shape[0] == 0
+        assert np.array_equal(decoder._ring, ring)
+
+
 @pytest.mark.parametrize(
     ("change", "match"),
     [

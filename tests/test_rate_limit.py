@@ -249,6 +249,13 @@ def test_bad_arguments_are_named(args: dict[str, Any], error: type, message: str
         RateLimiter(options.pop("samples_per_insert"), **options)
 
 
+def test_a_missing_error_buffer_is_explained() -> None:
+    """``RateLimiter(8.0)`` failed with Python's "missing 1 required keyword-only argument:
+    'error_buffer'", which says neither what the buffer is nor how to size it."""
+    with pytest.raises(TypeError, match=r"RateLimiter needs error_buffer .* e\.g\. error_buffer=k \+ n \*"):
+        RateLimiter(8.0)
+
+
 def test_bad_call_arguments_are_named_and_count_nothing() -> None:
     limiter = RateLimiter(1.0, error_buffer=2.0)
     for call, name in ((limiter.insert, "n"), (limiter.sample, "k")):

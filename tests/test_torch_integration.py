@@ -38,6 +38,19 @@ def test_indexed_dataset_prepends_the_index():
     assert index == 2 and x.item() == 2.0 and y.item() == 20
 
 
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(3))
+
+
+@pytest.mark.parametrize("dataset", [5, 2.5, None, iter([1, 2]), _Stream()])
+def test_indexed_dataset_refuses_what_cannot_be_indexed_at_construction(dataset):
+    """``IndexedDataset(5)`` was accepted and failed at the first item with "'int' object is not
+    subscriptable"; a non-indexable dataset (an IterableDataset included) is refused by name."""
+    with pytest.raises(TypeError, match=r"dataset should be a map-style dataset .* but got dataset="):
+        IndexedDataset(dataset)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_len_and_iteration(backend):
     s = PrioritizedSampler(10, backend=backend, size=6, batch_size=4, seed=0)

@@ -8,6 +8,7 @@ TorchRL's own ``PrioritizedSampler`` for the same priorities, wrap-around, and a
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import pickle
 import re
 import subprocess
@@ -26,7 +27,7 @@ from torchrl.data import LazyTensorStorage, ListStorage, ReplayBuffer, TensorDic
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler as TorchRLSampler
 from torchrl.data.replay_buffers.samplers import Sampler
 
-from prisample.torchrl import EMPTY_STORAGE_ERROR, PrioritizedSampler
+from prisample.torchrl import EMPTY_STORAGE_ERROR, NOT_SHARED_ERROR, PrioritizedSampler
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -280,6 +281,67 @@ def test_pickle_keeps_the_draws() -> None:
         assert torch.equal(a[0], b[0]) and torch.equal(a[1]["priority_weight"], b[1]["priority_weight"])
 
 
+def _update_priority_in_child(rb: TensorDictReplayBuffer, result: Any) -> None:
+    """What a worker process does with the buffer: update a priority; reports the error, if any."""
+    try:
+        rb.update_priority(torch.tensor([0]), torch.tensor([5.0]))
+    except RuntimeError as error:
+        result.put(str(error))
+    else:
+        result.put("updated")
+
+
+def _shared_buffer() -> TensorDictReplayBuffer:
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(8),
+        sampler=PrioritizedSampler(8, alpha=0.6, beta=0.4, seed=0),
+        priority_key="td_error",
+        batch_size=2,
+    )
+    rb.extend(TensorDict({"obs": torch.arange(4.0)}, batch_size=[4]))
+    return rb
+
+
+def test_a_spawned_process_is_refused_the_sampler_naming_the_fix() -> None:
+    """A buffer with this sampler given to a spawned process was pickled without complaint, and
+    the child's ``update_priority`` changed only its copy: the parent never saw it.  As TorchRL's
+    sampler does, it is refused at ``Process.start()`` (before any child runs) with a message that
+    names the fix; pickling it otherwise (a checkpoint) still gives a working, independent copy."""
+    rb = _shared_buffer()
+    context = mp.get_context("spawn")
+    result = context.Queue()
+    process = context.Process(target=_update_priority_in_child, args=(rb, result))
+    try:
+        with pytest.raises(RuntimeError, match=re.escape(NOT_SHARED_ERROR)):
+            process.start()
+    finally:
+        if process.pid is not None:  # started (the bug): let the child end before failing
+            process.join(timeout=120)
+    assert "multiprocessing.Queue" in NOT_SHARED_ERROR and "state_dict()" in NOT_SHARED_ERROR
+    copy = pickle.loads(pickle.dumps(rb.sampler))
+    copy.update_priority(torch.tensor([0]), torch.tensor([5.0]))
+    assert copy.engine.priorities[0] == 5.0 and rb.sampler.engine.priorities[0] == 1.0
+    rb.update_priority(torch.tensor([0]), torch.tensor([2.0]))  # the owner still updates
+    assert rb.sampler.engine.priorities[0] == 2.0
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="no fork on this platform")
+def test_a_forked_copy_refuses_updates_that_would_be_lost() -> None:
+    """A forked child (the default start method on Linux before Python 3.14) holds a copy of the
+    sampler without pickling it: its ``update_priority`` used to change only that copy.  It
+    raises there, naming the fix, and the parent's priorities stay as they were."""
+    rb = _shared_buffer()
+    context = mp.get_context("fork")
+    result = context.Queue()
+    process = context.Process(target=_update_priority_in_child, args=(rb, result))
+    process.start()
+    try:
+        assert result.get(timeout=60) == NOT_SHARED_ERROR
+    finally:
+        process.join(timeout=60)
+    assert rb.sampler.engine.priorities[:4].tolist() == [1.0] * 4
+
+
 def test_skips_minus_one_indices() -> None:
     rb, sampler = filled(8, np.ones(4), alpha=0.6, beta=0.4)
     rb.update_priority(torch.tensor([-1, 2, -1]), torch.tensor([5.0, 0.5, 7.0]))
@@ -356,6 +418,37 @@ def test_list_storage_and_scheduled_parameters() -> None:
     p = naive_probabilities(np.array([0.1, 0.2, 0.3, 0.4]), 1.0, 0.0, "rank")
     w = (4 * p[info["index"].numpy()]) ** -1.0 / (4 * p.min()) ** -1.0
     np.testing.assert_allclose(info["priority_weight"].numpy(), w, rtol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:__array_wrap__:DeprecationWarning")  # TorchRL's np.clip on a tensor
+def test_torchrl_parameter_schedulers_drive_alpha_and_beta() -> None:
+    """TorchRL's ``LinearScheduler``/``StepScheduler`` set ``alpha`` and ``beta`` as 0-d tensors
+    (given tensor parameters, as TorchRL's own scheduler test does); the setters refused them with
+    ``TypeError``.  They now follow the schedule; a ``β`` stepped above 1 raises ``ValueError``
+    naming the cap (``max_value=1.0``) and leaves ``β`` where it was."""
+    from torchrl.data.replay_buffers.scheduler import LinearScheduler, SchedulerList, StepScheduler
+
+    sampler = PrioritizedSampler(16, alpha=torch.tensor(1.0), beta=torch.tensor(0.1), seed=0)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(16), sampler=sampler, batch_size=4)
+    rb.extend(TensorDict({"obs": torch.arange(16.0)}, batch_size=[16]))
+    alpha_end, steps = torch.tensor(0.2), 8
+    schedulers = SchedulerList(
+        [
+            LinearScheduler(rb, param_name="alpha", final_value=alpha_end, num_steps=steps),
+            StepScheduler(rb, param_name="beta", gamma=torch.tensor(0.1), mode="additive", max_value=1.0),
+        ]
+    )
+    for step in range(1, 12):
+        schedulers.step()
+        rb.sample()
+        expected_alpha = 1.0 + (0.2 - 1.0) * min(step, steps) / steps
+        assert sampler.alpha == pytest.approx(expected_alpha, abs=1e-6)
+        assert sampler.beta == pytest.approx(min(0.1 + 0.1 * step, 1.0), abs=1e-6)
+    assert sampler.beta == 1.0  # clipped there by the scheduler's max_value
+    uncapped = StepScheduler(rb, param_name="beta", gamma=torch.tensor(0.1), mode="additive")
+    with pytest.raises(ValueError, match=r"beta should be in \[0, 1\] \(.*max_value=1\.0\)"):
+        uncapped.step()
+    assert sampler.beta == 1.0
 
 
 def test_docs_examples_run() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -107,6 +109,9 @@ BAD_CALLS = {
     "alpha NaN": (ValueError, "alpha", lambda s: setattr(s, "alpha", float("nan"))),
     "alpha string": (TypeError, "alpha", lambda s: setattr(s, "alpha", "1")),
     "beta too large": (ValueError, "beta", lambda s: setattr(s, "beta", 2.0)),
+    "beta 0-d tensor too large": (ValueError, "beta", lambda s: setattr(s, "beta", torch.tensor(1.5))),
+    "alpha 1-d tensor": (TypeError, "alpha", lambda s: setattr(s, "alpha", torch.tensor([0.5]))),
+    "beta bool tensor": (TypeError, "beta", lambda s: setattr(s, "beta", torch.tensor(True))),
 }
 
 
@@ -130,6 +135,29 @@ def test_rejected_call_names_argument_and_changes_nothing(backend, call):
         s.update_priorities([0], [float(j)])
         twin.update_priorities([0], [float(j)])
         assert_draws_equal(s.sample(2), twin.sample(2))
+
+
+def test_alpha_and_beta_take_0d_tensors_and_arrays_as_torchrl_schedulers_set_them():
+    """TorchRL's parameter schedulers set ``alpha`` and ``beta`` as 0-d tensors, which the setters
+    (and the constructor) refused with ``TypeError``: they hold the number such a tensor or a 0-d
+    array holds, as a float.  A ``β`` above 1 is refused by name, pointing at the cap."""
+    s = PrioritizedSampler(4, alpha=torch.tensor(1.0), beta=torch.tensor(0.1), seed=0)
+    assert (s.alpha, s.beta) == (1.0, pytest.approx(0.1))
+    s.update_priorities([0, 1, 2, 3], [0.5, 1.0, 2.0, 4.0])
+    s.alpha = torch.tensor(0.5, dtype=torch.float64)
+    s.beta = torch.tensor(0.25)
+    assert type(s.alpha) is float and type(s.beta) is float and (s.alpha, s.beta) == (0.5, 0.25)
+    twin = PrioritizedSampler(4, alpha=0.5, beta=0.25, seed=0)
+    twin.update_priorities([0, 1, 2, 3], [0.5, 1.0, 2.0, 4.0])
+    np.testing.assert_array_equal(s.probabilities([0, 1, 2, 3]), twin.probabilities([0, 1, 2, 3]))
+    assert_draws_equal(s.sample(3), twin.sample(3))
+    s.alpha, s.beta = np.array(0.7), np.array(1)
+    assert (s.alpha, s.beta) == (0.7, 1.0)
+    with pytest.raises(
+        ValueError, match=r"beta should be in \[0, 1\] \(.*max_value=1\.0\), but got beta=1\.5"
+    ):
+        s.beta = torch.tensor(1.5)
+    assert s.beta == 1.0
 
 
 def test_update_with_one_nan_changes_no_priority():
@@ -207,3 +235,82 @@ def test_duplicate_indices_last_write_wins(backend):
     s.remove([1, 1])
     assert s.size == 3
     np.testing.assert_array_equal(s.priorities, [1.0, np.nan, 4.0, 4.0])
+
+
+# ------------------------------------------------------------------------------------------------
+# priorities of shape (k, 1): one behaviour at every update_priorities
+# ------------------------------------------------------------------------------------------------
+
+
+def _column_entry_points() -> dict[str, Any]:
+    """Each entry point that takes new priorities, as ``update(indices, priorities) -> state``."""
+    from prisample.device_sampler import DevicePrioritizedSampler
+    from prisample.diagnostics import Diagnostics
+    from prisample.methods import OnlineBatchSelection, StalenessBonus, predecessor_boost, pser_priorities
+    from prisample.replay import PrioritizedReplay
+
+    def on_sampler(idx: Any, p: Any) -> Any:
+        s = sampler()
+        s.update_priorities(idx, p)
+        return s.priorities
+
+    def on_replay(idx: Any, p: Any) -> Any:
+        replay = PrioritizedReplay(4, (1,), obs_dtype=np.float32, seed=0)
+        for t in range(4):
+            replay.add([t], 0, 0.0, 1.0, [t + 1])
+        replay.sample(4)
+        replay.update_priorities(idx, p)
+        return replay.sampler.priorities
+
+    def on_device_sampler(idx: Any, p: Any) -> Any:
+        s = DevicePrioritizedSampler(6, size=4, seed=0, device="cpu")
+        s.update_priorities(idx, p)
+        return s.priorities
+
+    def on_diagnostics(idx: Any, p: Any) -> Any:
+        diag = Diagnostics(6)
+        diag.on_update(idx, p)
+        return diag._last_error
+
+    def on_staleness(idx: Any, p: Any) -> Any:
+        return StalenessBonus(6, rate=0.5).update(idx, p)
+
+    def on_online_selection(idx: Any, p: Any) -> Any:
+        s = PrioritizedSampler(6, alpha=1.0, eps=0.0, beta=0.0, seed=0)
+        OnlineBatchSelection(s, selection_pressure=4.0).update(idx, p)
+        return s.priorities
+
+    chain, current = np.array([-1, 0, 1, 2, 3, 4]), np.ones(6)
+
+    def on_predecessor(idx: Any, p: Any) -> Any:
+        return np.concatenate(predecessor_boost(idx, p, chain, current))
+
+    def on_pser(idx: Any, p: Any) -> Any:
+        return np.concatenate(pser_priorities(idx, p, chain, current, decay=0.5, window=2))
+
+    return {
+        "sampler": on_sampler,
+        "replay": on_replay,
+        "device sampler": on_device_sampler,
+        "diagnostics": on_diagnostics,
+        "staleness": on_staleness,
+        "online selection": on_online_selection,
+        "predecessor boost": on_predecessor,
+        "pser": on_pser,
+    }
+
+
+@pytest.mark.parametrize("entry", list(_column_entry_points()))
+def test_every_update_takes_a_column_of_priorities_and_refuses_other_shapes(entry: str) -> None:
+    """Priorities of shape ``(k, 1)`` (what ``model(x)`` gives for one output per item) were refused
+    by the sampler, the replay and the device sampler ("should be one-dimensional", no fix named)
+    while the SB3 adapter and the methods took them: every entry point now reads them as ``(k,)``,
+    through the one conversion, and refuses any other shape with the same message."""
+    update = _column_entry_points()[entry]
+    idx, flat = np.array([2, 0, 3]), np.array([0.25, 3.0, 1.5])
+    expected = update(idx, flat)
+    np.testing.assert_array_equal(update(idx, flat[:, None]), expected)
+    np.testing.assert_array_equal(update(torch.from_numpy(idx), torch.from_numpy(flat)[:, None]), expected)
+    for shape in ((3, 2), (1, 3), (3, 1, 1)):
+        with pytest.raises(ValueError, match=r"should be one-dimensional, of shape \(k,\) or \(k, 1\)"):
+            update(idx, np.ones(shape))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from prisample._validation import as_indices, to_numpy
+from prisample._validation import as_indices, as_priorities, to_numpy
 from prisample.methods._checks import check_each, reals
 
 IntArray = npt.NDArray[np.int64]
@@ -39,13 +39,10 @@ def merge(
 def slot_update(
     indices: npt.ArrayLike, priorities: npt.ArrayLike, capacity: int
 ) -> tuple[IntArray, FloatArray]:
-    """Checked ``(indices, priorities)`` of one write: one finite ``p >= 0`` per slot in ``[0, capacity)``."""
+    """Checked ``(indices, priorities)`` of one write: one finite ``p >= 0`` per slot in ``[0, capacity)``
+    (``priorities`` of shape ``(k,)`` or ``(k, 1)``, as every ``update_priorities`` takes them)."""
     idx = as_indices(indices, "indices")
-    values = reals(priorities, "priorities").reshape(-1)
-    if values.shape[0] != idx.shape[0]:
-        raise ValueError(
-            f"priorities should have one value per index ({idx.shape[0]}), but got {values.shape[0]}"
-        )
+    values = as_priorities(priorities, idx.shape[0])
     bad = np.flatnonzero((idx < 0) | (idx >= capacity))
     if bad.shape[0]:
         j = int(bad[0])

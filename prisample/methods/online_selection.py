@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from prisample._validation import as_indices, check_positive_int, check_real
+from prisample._validation import as_indices, as_priorities, check_positive_int, check_real
 from prisample.methods._checks import check_each, reals
 from prisample.sampler import PrioritizedSampler
 
@@ -109,13 +109,10 @@ class OnlineBatchSelection:
         return self._losses.copy()
 
     def update(self, indices: npt.ArrayLike, losses: npt.ArrayLike) -> None:
-        """Record per-item losses (last write wins on duplicates); refresh when due."""
+        """Record per-item losses, of shape ``(k,)`` or ``(k, 1)`` (last write wins on duplicates);
+        refresh when due."""
         idx = as_indices(indices, "indices")
-        values = reals(losses, "losses").reshape(-1)
-        if values.shape[0] != idx.shape[0]:
-            raise ValueError(
-                f"losses should have one value per index ({idx.shape[0]}), but got {values.shape[0]}"
-            )
+        values = as_priorities(losses, idx.shape[0], "losses")
         bad = np.flatnonzero((idx < 0) | (idx >= self._losses.shape[0]))
         if bad.shape[0]:
             j = int(bad[0])
