@@ -349,3 +349,29 @@ def test_a_device_max_priority_is_logged_as_a_float() -> None:
     state = LoopState(0, 0, 0, 0, None, np.zeros(1), np.zeros(1, bool), np.zeros(1), np.zeros(1))
     row = metrics_row(state, 0.1, replay, 1.0)
     assert type(row["per/max_priority"]) is float and row["per/max_priority"] == 1.0
+
+
+def test_a_step_evicting_many_transitions_keeps_the_host_replays_priorities(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past 64 evictions in one write, the maximum is read after a removal of their own (reading
+    around them costs k² per level): the same priorities as the host either way."""
+    streams = 80
+    kw: dict[str, Any] = {"num_streams": streams, "n_step": 2, "alpha": 0.7, "beta": 0.5, "seed": 0}
+    host = PrioritizedReplay(96, (2,), obs_dtype=np.float32, **kw)
+    device = PrioritizedReplay(
+        96, (2,), obs_dtype=np.float32, device="cpu", backend="device_proportional", **kw
+    )
+    counts = _count_writes(device, monkeypatch)
+    rng = np.random.default_rng(16)
+    for t in range(6):
+        obs = rng.normal(size=(streams, 2)).astype(np.float32)
+        step = {"obs": obs, "action": np.zeros(streams, dtype=np.int64), "reward": rng.normal(size=streams),
+                "discount": np.full(streams, 0.9), "next_obs": obs + 1}  # fmt: skip
+        host.add_many(**step)
+        device.add_many(**step)
+        if t % 2:
+            _same_update(host, device, np.flatnonzero(host.memory.drawable(np.arange(96)))[:20], rng)
+        np.testing.assert_array_equal(device.sampler.priorities, host.sampler.priorities)
+    assert counts["removes"] > 0  # the many-evictions path was taken
+    device.check_valid()

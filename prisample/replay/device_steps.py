@@ -29,6 +29,10 @@ IntArray = npt.NDArray[np.int64]
 DEVICE_PREFIX = "device_"
 """The prefix of the device backends' names (``device_proportional``, ``device_uniform``)."""
 
+_READ_AROUND = 64
+"""The most evictions whose maximum is read around (``O(k²)`` work per tree level) so that an
+add evicts and enters in one write; more are removed in a write of their own first."""
+
 
 def check_on_device(backend: str, device: Any, eviction: str) -> None:
     """A device backend's requirements: a device and FIFO eviction."""
@@ -99,8 +103,8 @@ class DeviceSteps:
             [np.concatenate([np.full(first, np.nan), marks]).astype(np.float32)],
         )
         # the maximum once the first row's evictions left (an evicted transition's priority is
-        # not a live one's), read without writing them: one write then evicts and enters
-        high = sampler.max_priority_without(slots_on_device[:first]) if first else sampler.max_priority
+        # not a live one's), read around them: one write then evicts and enters
+        high = self._max_without(slots_on_device[:first])
         values = torch.where(torch.isnan(marks_on_device), math.nan, high)
         sampler.write(slots_on_device, values, checked=False)
 
@@ -185,11 +189,11 @@ class DeviceSteps:
             return
         # the evictions and the completed windows as one write (the windows last: a slot in both
         # is live after the host's remove-then-add too), the windows at the maximum once the
-        # evictions left (read without writing them)
+        # evictions left
         (slots_on_device,), _ = self.memory.send_to_device(
             [np.concatenate([done.evicted, done.completed])], []
         )
-        high = sampler.max_priority_without(slots_on_device[:leaving]) if leaving else sampler.max_priority
+        high = self._max_without(slots_on_device[:leaving])
         values = torch.cat(
             [
                 torch.full((leaving,), math.nan, dtype=torch.float64, device=slots_on_device.device),
@@ -197,6 +201,19 @@ class DeviceSteps:
             ]
         )
         sampler.write(slots_on_device, values, checked=False)
+
+    def _max_without(self, leaving: torch.Tensor) -> torch.Tensor:
+        """The maximum new transitions enter at once ``leaving`` (slots on the device, about to be
+        emptied by the same write) left: read around them, or for many of them after a removal
+        of their own; the choice rests on their number, which the host knows."""
+        sampler = self._device_sampler
+        assert sampler is not None
+        k = leaving.shape[0]
+        if 0 < k <= _READ_AROUND:
+            return sampler.max_priority_without(leaving)
+        if k:
+            sampler.remove(leaving, checked=False)
+        return sampler.max_priority
 
     def _update_on_device(self, indices: torch.Tensor, priorities: Any, generations: Any) -> None:
         """:meth:`~prisample.replay.PrioritizedReplay.update_priorities` of indices on the device
