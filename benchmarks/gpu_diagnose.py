@@ -42,7 +42,7 @@ from prisample import DeviceDraw, LinearSchedule
 from prisample._capture import recording
 from prisample.replay import PrioritizedReplay
 
-__all__ = ["diagnose", "main"]
+__all__ = ["compare_devices", "diagnose", "main"]
 
 CAPACITY = 512
 STREAMS = 4
@@ -220,24 +220,30 @@ def _ulps(a: torch.Tensor, b: torch.Tensor) -> int:
     return int((a.view(torch.int64) - b.view(torch.int64)).abs().max().item())
 
 
-def _phase_cpu_vs_cuda() -> dict[str, Any]:
-    if not torch.cuda.is_available():
-        return {"skipped": "no CUDA"}
-    replays = {name: build(name) for name in ("cpu", "cuda")}
+def compare_devices(first: str, second: str) -> dict[str, Any]:
+    """The same adds and updates on two devices, then one draw of 256 from the same stream
+    state: the share of identical indices, the largest distance in ulps between the trees' sums
+    (per level, the leaves first, the root last), and whether the raw priorities are equal."""
+    replays = {name: build(name) for name in (first, second)}
     for replay in replays.values():
         fill(replay, 200, seed=1)
-    draws = {name: sample(replay, 256)[1].indices.cpu() for name, replay in replays.items()}
-    trees = {name: replay._sampler_on_device().tree for name, replay in replays.items()}
-    cpu, gpu = trees["cpu"], trees["cuda"]
-    sums = [_ulps(a, b.cpu()) for a, b in zip([*cpu.sums, cpu.total], [*gpu.sums, gpu.total], strict=True)]
+    a, b = (sample(replays[name], 256)[1].indices.cpu() for name in (first, second))
+    x, y = (replays[name]._sampler_on_device().tree for name in (first, second))
+    sums = [_ulps(u, v.cpu()) for u, v in zip([*x.sums, x.total], [*y.sums, y.total], strict=True)]
     return {
-        "identical_indices_share": float((draws["cpu"] == draws["cuda"]).double().mean()),
+        "identical_indices_share": float((a == b).double().mean()),
         "sums_max_ulp": max(sums),
         "sums_max_ulp_per_level": sums,
         "priorities_equal": bool(
-            np.array_equal(replays["cpu"].sampler.priorities, replays["cuda"].sampler.priorities)
+            np.array_equal(replays[first].sampler.priorities, replays[second].sampler.priorities)
         ),
     }
+
+
+def _phase_cpu_vs_cuda() -> dict[str, Any]:
+    if not torch.cuda.is_available():
+        return {"skipped": "no CUDA"}
+    return compare_devices("cpu", "cuda")
 
 
 def diagnose(device: str, out: Path | None = None, steps: int = 20) -> dict[str, Any]:

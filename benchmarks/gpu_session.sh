@@ -6,8 +6,8 @@
 #   bash benchmarks/gpu_session.sh replay  # ~6 min: the replay on the device, and its share of the DQN loop (issue 23)
 #   bash benchmarks/gpu_session.sh apex    # ~8 min: Ape-X's learner on the GPU, actors on the CPU cores
 #                                          #   (issue 25): 1, 2, 4, 8, 14 actors; needs ray (gpu_wheels.sh ray)
-#   bash benchmarks/gpu_session.sh device  # at most 7.5 min (limits 60+120+60+200 s): priorities on the device
-#                                          #   (issue 24): the diagnosis of a first run (benchmarks/gpu_diagnose.py),
+#   bash benchmarks/gpu_session.sh device  # at most 7.5 min (limits 60+120+60+200 s): priorities on the device:
+#                                          #   the diagnosis of a first run (benchmarks/gpu_diagnose.py),
 #                                          #   the device tests under sync-debug mode, the captured replay step,
 #                                          #   the loop's arms and CleanRL
 #   DRY_RUN=1 bash benchmarks/gpu_session.sh device  # list the stage's steps and limits, run nothing

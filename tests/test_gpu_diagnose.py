@@ -39,6 +39,15 @@ def test_the_diagnosis_runs_on_cpu_tensors_and_finds_nothing_wrong(device: str, 
         assert result["cpu_vs_cuda"] == {"skipped": "no CUDA"}
 
 
+def test_the_device_comparison_finds_two_cpu_spellings_identical() -> None:
+    """The CPU-against-CUDA phase's comparison, run between two CPU devices: the same draws and
+    the same bits in every sum."""
+    result = gpu_diagnose.compare_devices("cpu", "cpu:0")
+    assert result["identical_indices_share"] == 1.0 and result["priorities_equal"] is True
+    assert result["sums_max_ulp"] == 0
+    assert len(result["sums_max_ulp_per_level"]) == 4  # 512 slots: the leaves, 2 levels, the root
+
+
 def test_the_diagnosis_reports_a_captured_step_that_differs(monkeypatch: pytest.MonkeyPatch) -> None:
     """A replayed step that skips its staging (β, new rows) is what the comparison must catch:
     a planted fault (the stage made a no-op) turns ``all_same`` false and the exit status 1."""
