@@ -118,7 +118,9 @@ def run(
             "updates": updates,
             "arms": arms,
             "device": device,
-            "device_name": "CPU" if device == "cpu" else torch.cuda.get_device_name(0),
+            "device_name": "CPU"
+            if torch.device(device).type == "cpu"
+            else torch.cuda.get_device_name(device),
             "overrides": overrides or {},
         },
         "arms": [],

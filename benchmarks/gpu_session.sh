@@ -6,80 +6,108 @@
 #   bash benchmarks/gpu_session.sh replay  # ~6 min: the replay on the device, and its share of the DQN loop (issue 23)
 #   bash benchmarks/gpu_session.sh apex    # ~8 min: Ape-X's learner on the GPU, actors on the CPU cores
 #                                          #   (issue 25): 1, 2, 4, 8, 14 actors; needs ray (gpu_wheels.sh ray)
-#   bash benchmarks/gpu_session.sh device  # ~9.5 min: priorities on the device (issue 24): CUDA tests under
-#                                          #   sync-debug mode, the captured replay step, every arm of the loop, CleanRL
+#   bash benchmarks/gpu_session.sh device  # at most 7.5 min (limits 60+120+60+200 s): priorities on the device:
+#                                          #   the diagnosis of a first run (benchmarks/gpu_diagnose.py),
+#                                          #   the device tests under sync-debug mode, the captured replay step,
+#                                          #   the loop's arms and CleanRL
+#   DRY_RUN=1 bash benchmarks/gpu_session.sh device  # list the stage's steps and limits, run nothing
 #
 # Needs the git-ignored .whl/ (gymnasium, ale-py, tyro, ... for Python 3.12) and .peer/cleanrl/
-# (CleanRL's dqn_atari.py, see benchmarks/cleanrl_dqn.py) carried along; writes under $OUT.
+# (CleanRL's dqn_atari.py, see benchmarks/cleanrl_dqn.py) carried along; writes under $OUT: each
+# step's whole output in $OUT/<step>.log (printed in full, or its last lines, as the step ends),
+# its exit status in $OUT/steps.txt, its JSON where it writes one.
 set -u
 stage=${1:-smoke}
 OUT=${OUT:-/tmp/out}
+DRY_RUN=${DRY_RUN:-0}
+case "$stage" in
+  smoke | final | replay | device | apex) ;;
+  *) echo "stage should be one of smoke, final, replay, device, apex, but got stage=$stage"; exit 2 ;;
+esac
 mkdir -p "$OUT"
-if [ "$stage" = apex ]; then  # ray travels in two halves (benchmarks/gpu_wheels.sh ray)
-  cat .whl-ray/a .whl-ray/b > .whl/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl || { echo "ray halves missing"; exit 1; }
-fi
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "wheel install failed"; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-nproc
 log() { echo "=== $(date +%T) $*"; }
 
+# step NAME LIMIT SHOWN COMMAND...: COMMAND under `timeout LIMIT`, its output (stdout and stderr)
+# kept whole in $OUT/NAME.log and shown as it comes (SHOWN=all) or its last SHOWN lines at the
+# end; then its exit status (124: timed out).  DRY_RUN=1 only lists the step.
+step() {
+  local name=$1 limit=$2 shown=$3 rc
+  shift 3
+  if [ "$DRY_RUN" = 1 ]; then
+    echo "step $name $limit $*"
+    return 0
+  fi
+  log "$name (limit ${limit} s)"
+  if [ "$shown" = all ]; then
+    timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
+    rc=${PIPESTATUS[0]}
+  else
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+    rc=$?
+    tail -n "$shown" "$OUT/$name.log"
+  fi
+  echo "$name $rc" >> "$OUT/steps.txt"
+  log "$name rc=$rc$([ "$rc" = 124 ] && echo ' TIMED OUT')"
+}
+
+if [ "$DRY_RUN" != 1 ]; then
+  if [ "$stage" = apex ]; then  # ray travels in two halves (benchmarks/gpu_wheels.sh ray)
+    cat .whl-ray/a .whl-ray/b > .whl/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl || { echo "ray halves missing"; exit 1; }
+  fi
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || echo "=== WHEEL INSTALL FAILED: the steps that need gymnasium or ale-py will fail"
+  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+  nproc
+fi
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+
 if [ "$stage" = smoke ]; then
-  log tests
-  timeout 120 python3 -m pytest tests/test_dqn_update.py -q -p no:cacheprovider -x 2>&1 | tail -5 | tee "$OUT/gpu_tests.txt"
-  log update timings
-  timeout 90 python3 -m benchmarks.gpu_update --block 20 --repeats 5 --out "$OUT/gpu_update.json" 2>&1 | tail -2
-  log loop 16 envs overlap
-  timeout 120 python3 -m benchmarks.atari_loop --device cuda --arms proportional --acting_steps 2000 --updates 1500 \
-    --set num_envs=16 --set env_threads=8 --set overlap_env=true --out "$OUT/loop_probe.json" 2>&1 | tail -3
-  log together probe
-  timeout 150 python3 -m recipes.dqn together --env ALE/Breakout-v5 --arms uniform,proportional,rank --seeds 3 \
-    --protocol atari100k --progress 0 --set device=cuda --set env_threads=4 --set total_steps=5600 \
-    --set eval_envs=2 --set eval_steps=3000 --out "$OUT/together_probe.json" 2>&1 | tail -3
+  step gpu_tests 120 30 python3 -m pytest tests/test_dqn_update.py -q -rfE --tb=short -p no:cacheprovider -x
+  step gpu_update 90 2 python3 -m benchmarks.gpu_update --block 20 --repeats 5 --out "$OUT/gpu_update.json"
+  step loop_probe 120 3 python3 -m benchmarks.atari_loop --device cuda --arms proportional --acting_steps 2000 \
+    --updates 1500 --set num_envs=16 --set env_threads=8 --set overlap_env=true --out "$OUT/loop_probe.json"
+  step together_probe 150 3 python3 -m recipes.dqn together --env ALE/Breakout-v5 --arms uniform,proportional,rank \
+    --seeds 3 --protocol atari100k --progress 0 --set device=cuda --set env_threads=4 --set total_steps=5600 \
+    --set eval_envs=2 --set eval_steps=3000 --out "$OUT/together_probe.json"
   log done
   exit 0
 fi
 
 if [ "$stage" = final ]; then
-  log GPU tests
-  timeout 90 python3 -m pytest tests/test_dqn_update.py -k cuda -q -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_tests.txt"
-  log loop benchmark, every arm, and CleanRL
-  timeout 200 python3 -m benchmarks.atari_loop_gpu --updates 2000 --out "$OUT/atari_loop_gpu.json" \
-    --loop_out "$OUT/atari_loop_cuda.json" --cleanrl_out "$OUT/cleanrl_dqn.json" 2>&1 | grep -v "^ " | tail -6
-  log sweep
-  timeout 400 python3 -m recipes.dqn atari-sweep --games ALE/Pong-v5,ALE/Breakout-v5,ALE/Boxing-v5 \
+  step gpu_tests 90 30 python3 -m pytest tests/test_dqn_update.py -k cuda -q -rfE --tb=short -p no:cacheprovider
+  step atari_loop_gpu 200 6 python3 -m benchmarks.atari_loop_gpu --updates 2000 --out "$OUT/atari_loop_gpu.json" \
+    --loop_out "$OUT/atari_loop_cuda.json" --cleanrl_out "$OUT/cleanrl_dqn.json"
+  step atari_sweep 400 8 python3 -m recipes.dqn atari-sweep --games ALE/Pong-v5,ALE/Breakout-v5,ALE/Boxing-v5 \
     --arms uniform,proportional,rank --seeds 3 --protocol atari100k --device cuda --set env_threads=4 \
-    --set time_budget_s=${SWEEP_TRAIN_S:-300} --out "$OUT/atari_sweep.json" 2>&1 | grep -v "^start" | tail -8
+    --set time_budget_s=${SWEEP_TRAIN_S:-300} --out "$OUT/atari_sweep.json"
   log done
 fi
 
 if [ "$stage" = replay ]; then
-  log replay step on the device, 10^6 transitions
-  timeout 240 python3 -m benchmarks.replay_device --out "$OUT/replay_device.json" 2>&1 | tail -4
-  log the replay share of the Double DQN loop, every arm, no CleanRL
-  timeout 200 python3 -m benchmarks.atari_loop_gpu --updates 2000 --cleanrl_seconds 0 \
-    --out "$OUT/atari_loop_gpu.json" --loop_out "$OUT/atari_loop_cuda.json" 2>&1 | grep -v "^ " | tail -6
+  step replay_device 240 all python3 -m benchmarks.replay_device --out "$OUT/replay_device.json"
+  step atari_loop_gpu 200 6 python3 -m benchmarks.atari_loop_gpu --updates 2000 --cleanrl_seconds 0 \
+    --out "$OUT/atari_loop_gpu.json" --loop_out "$OUT/atari_loop_cuda.json"
   log done
 fi
 
 if [ "$stage" = device ]; then
-  log device replay tests, sync debug mode
-  timeout 150 python3 -m pytest tests/test_device_replay_cuda.py tests/test_device_sampler.py tests/test_device_tree.py \
-    -q -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/gpu_device_tests.txt"
-  log the replay step with the priorities on the device: eager, and sample+update captured as one graph
-  timeout 90 python3 -m benchmarks.replay_device --backend device_proportional --n 262144 --steps 2000 \
-    --out "$OUT/replay_device_graph.json" 2>&1 | tail -12
-  log the loop, every arm, priorities on the device, and CleanRL
-  timeout 320 python3 -m benchmarks.atari_loop_gpu --updates 2000 --arms uniform,proportional,rank \
-    --out "$OUT/atari_loop_gpu.json" --loop_out "$OUT/atari_loop_cuda.json" --cleanrl_out "$OUT/cleanrl_dqn.json" \
-    2>&1 | grep -v "^ " | tail -6
+  # what a first run needs to tell: devices, the device update taken, 20 captured replays against
+  # eager steps, CPU against CUDA draws (each phase a JSON line as it ends)
+  step gpu_diagnose 60 all python3 -m benchmarks.gpu_diagnose --device cuda --out "$OUT/gpu_diagnose.json"
+  step gpu_device_tests 120 40 python3 -m pytest tests/test_device_replay_cuda.py tests/test_gpu_diagnose.py \
+    tests/test_replay_device_backend.py tests/test_replay_captured_step.py tests/test_device_sampler.py \
+    tests/test_device_tree.py -q -rfE --tb=short --continue-on-collection-errors -p no:cacheprovider
+  # eager and captured steps at capacity 2^18: the tree's cost is its capacity's, so 2^14 adds fill it enough
+  step replay_device_graph 60 all python3 -m benchmarks.replay_device --backend device_proportional --n 262144 \
+    --fill 16384 --steps 1000 --out "$OUT/replay_device_graph.json"
+  step atari_loop_gpu 200 8 python3 -m benchmarks.atari_loop_gpu --updates 1000 --arms uniform,proportional,rank \
+    --cleanrl_seconds 30 --out "$OUT/atari_loop_gpu.json" --loop_out "$OUT/atari_loop_cuda.json" \
+    --cleanrl_out "$OUT/cleanrl_dqn.json"
   log done
 fi
 
 if [ "$stage" = apex ]; then
-  log Ape-X scaling, learner on the GPU, 60 s per actor count
-  timeout 520 python3 -m recipes.apex scaling --env CartPole-v1 --actors 1,2,4,8,14 --seconds 60 --device cuda \
-    --out "$OUT/apex_scaling_gpu" 2>&1 | tail -12
+  step apex_scaling 520 12 python3 -m recipes.apex scaling --env CartPole-v1 --actors 1,2,4,8,14 --seconds 60 \
+    --device cuda --out "$OUT/apex_scaling_gpu"
   log done
 fi

@@ -4,7 +4,10 @@ One *replay step* (as in ``benchmarks/replay_step.py``): ``add_many`` of one vec
 environments (stacks of four 84x84 ``uint8`` frames), ``sample(32)`` (a batch of tensors on the
 device and ``batch.weights`` there), ``update_priorities`` of the 32 slots with a tensor on the
 device (the implicit copy to the host waits for the step's device work, so the time includes it).
-The memory is filled with ``--n`` transitions first (frames on the device: ~7.3 GB at 10^6).
+The memory of capacity ``--n`` is filled with ``--fill`` transitions first (default ``--n``;
+frames on the device: ~7.3 GB at 10^6).  A step's tree work depends on the capacity (the number
+of levels), not on how full the memory is, so ``--fill`` well below ``--n`` keeps a short run's
+fill short (each ``add_many`` is one eager replay write) and times the same tree.
 
 Timing: ``--blocks`` blocks of ``--block`` steps, ``torch.cuda.synchronize()`` before and after
 each block; per-step milliseconds, median and quartiles over blocks; the three parts are timed
@@ -17,6 +20,7 @@ GPU run (a lent H100/H200; about 2-4 minutes)::
     python -m benchmarks.replay_device --out $OUT/replay_device.json
 
 Smoke run on the CPU: ``python -m benchmarks.replay_device --device cpu --n 4096 --out /tmp/r.json``.
+Each measurement is printed as it finishes and ``--out`` rewritten with the results so far.
 """
 
 from __future__ import annotations
@@ -177,8 +181,16 @@ def _summary(times: list[float]) -> dict[str, float]:
 
 
 def run(
-    device_name: str, n: int, steps: int, blocks: int, period: int, backend: str = "proportional"
+    device_name: str,
+    n: int,
+    steps: int,
+    blocks: int,
+    period: int,
+    backend: str = "proportional",
+    fill: int | None = None,
+    emit: Any = None,
 ) -> dict[str, Any]:
+    """Every measurement into one dict; ``emit(key, results)`` is called as each one finishes."""
     device = torch.device(device_name)
     stream = make_stream(period, seed=0)
     results: dict[str, Any] = {
@@ -190,13 +202,20 @@ def run(
         f"update {BATCH} priorities from a {device_name} tensor",
         "target_ms": TARGET_MS,
         "backend": backend,
+        "fill": n if fill is None else fill,
     }
+
+    def done(key: str) -> None:
+        if emit is not None:
+            emit(key, results)
+
     start = time.perf_counter()
     results["equal_to_numpy"] = equal_to_numpy(device_name, stream) if backend == "proportional" else None
     results["equality_s"] = time.perf_counter() - start
+    done("equal_to_numpy")
     replay = build(n, device_name, backend=backend)
     start = time.perf_counter()
-    fill_steps = -(-n // ENVS)
+    fill_steps = -(-results["fill"] // ENVS)
     for fill_step in range(fill_steps):
         add_step(replay, stream, fill_step)
     _sync(device)
@@ -204,8 +223,10 @@ def run(
     results["nbytes"] = replay.nbytes
     if device.type == "cuda":
         results["cuda_memory_allocated"] = torch.cuda.memory_allocated(device)
+    done("fill_s")
     exact = all(batch_exact(stream, replay.sample(BATCH)[0]) for _ in range(5))
     results["batches_exact"] = exact
+    done("batches_exact")
     tds = torch.from_numpy(stream.priorities).to(device)  # (period, BATCH) |δ| on the device
     counter = [fill_steps]
 
@@ -231,21 +252,24 @@ def run(
     block = max(1, steps // blocks)
     for fn in (step, add, sample, update):  # warm-up: compilation, allocator, pinned buffers
         _blocks(fn, device, 1, min(block, 50))
-    results["step_ms"] = _summary(_blocks(step, device, blocks, block))
-    results["add_ms"] = _summary(_blocks(add, device, blocks, block))
-    results["sample_ms"] = _summary(_blocks(sample, device, blocks, block))
-    results["update_ms"] = _summary(_blocks(update, device, blocks, block))
+    for key, fn in (("step_ms", step), ("add_ms", add), ("sample_ms", sample), ("update_ms", update)):
+        results[key] = _summary(_blocks(fn, device, blocks, block))
+        done(key)
     results["meets_target"] = results["step_ms"]["median"] <= TARGET_MS
     results["blocks"], results["block"] = blocks, block
     if backend.startswith("device_") and device.type == "cuda":
         results["captured"] = captured_step_ms(replay, tds, replays=steps)
+        done("captured")
     return results
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--n", type=int, default=10**6, help="transitions in the memory")
+    parser.add_argument("--n", type=int, default=10**6, help="the memory's capacity")
+    parser.add_argument(
+        "--fill", type=int, default=None, help="transitions added before timing (default --n)"
+    )
     parser.add_argument("--steps", type=int, default=4000, help="timed replay steps (and per part)")
     parser.add_argument("--blocks", type=int, default=20)
     parser.add_argument("--period", type=int, default=1000, help="vector steps before the stream repeats")
@@ -255,14 +279,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     blocks = min(args.blocks, args.steps)
-    period = min(args.period, max(2, args.n // ENVS))
-    results = run(args.device, args.n, args.steps, blocks, period, args.backend)
+    fill = args.n if args.fill is None else min(args.fill, args.n)
+    period = min(args.period, max(2, fill // ENVS))
+
+    def emit(key: str, results: dict[str, Any]) -> None:
+        print(json.dumps({key: results[key]}), flush=True)
+        if args.out is not None:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(results, indent=2) + "\n")
+
+    results = run(args.device, args.n, args.steps, blocks, period, args.backend, fill, emit)
     results["load_average"] = list(os.getloadavg())
-    text = json.dumps(results, indent=2)
-    print(text, flush=True)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    emit("load_average", results)
     return results
 
 

@@ -6,15 +6,39 @@ The device sampler and replay run that host side eagerly before their tensor wor
 while capturing: the caller then stages it before every replay
 (:meth:`~prisample.replay.PrioritizedReplay.stage_device_step`), as PyTorch's own capturable
 optimisers keep their step counts on the device.
+
+:func:`recording` makes the device code behave as it does under a capture on any device (the
+host side skipped), so that what a graph would replay can be run and checked on CPU tensors.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+
 import torch
 
-__all__ = ["capturing"]
+__all__ = ["capturing", "recording"]
+
+_local = threading.local()
 
 
 def capturing() -> bool:
-    """``True`` inside ``torch.cuda.graph(...)`` on this thread's current stream."""
+    """``True`` inside ``torch.cuda.graph(...)`` on this thread's current stream, or inside
+    :func:`recording` on this thread."""
+    if getattr(_local, "recording", False):
+        return True
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[None]:
+    """Run the enclosed device calls as a CUDA graph capture records them, on any device: the
+    host side of each draw and read is skipped (stage it first, as before a graph's replay)."""
+    before = getattr(_local, "recording", False)
+    _local.recording = True
+    try:
+        yield
+    finally:
+        _local.recording = before

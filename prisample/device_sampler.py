@@ -20,6 +20,7 @@ import torch
 
 from prisample._capture import capturing
 from prisample._device_rng import SplitMix64, pcg64_to_word, word_to_pcg64
+from prisample._devices import concrete_device
 from prisample._sampler_state import STATE_VERSION, SamplerState
 from prisample._validation import (
     as_indices,
@@ -122,7 +123,7 @@ class DevicePrioritizedSampler:
         self.backend_name: str = backend
         self.weight_norm: WeightNorm = as_weight_norm(weight_norm)
         initial = check_size(size, self.capacity)
-        self.device = torch.device("cpu") if device is None else torch.device(device)
+        self.device = concrete_device("cpu" if device is None else device)
         if seed is None:  # as the host sampler: reproducible under torch.manual_seed
             seed = int(torch.empty((), dtype=torch.int64).random_().item())
         self._rng = SplitMix64(check_seed(seed), self.device)
@@ -221,6 +222,14 @@ class DevicePrioritizedSampler:
     def _max_priority(self) -> torch.Tensor:
         high = self._tree.max_raw
         return torch.where(high > -math.inf, high, 1.0)
+
+    def max_priority_without(self, indices: torch.Tensor) -> torch.Tensor:
+        """:attr:`max_priority` as it will be once the slots ``indices`` (an int64 tensor on the
+        device, non-empty, trusted) are emptied, read without emptying them (0-d float64): a
+        write can then remove them and add new slots at that maximum in one pass."""
+        with self._lock:
+            high = self._tree.max_without(indices)
+            return torch.where(high > -math.inf, high, 1.0)
 
     @property
     def total_mass(self) -> torch.Tensor:
@@ -323,7 +332,9 @@ class DevicePrioritizedSampler:
                 slots, torch.full(slots.shape, math.nan, dtype=torch.float64, device=self.device)
             )
 
-    def update_priorities(self, indices: Any, priorities: Any, *, checked: bool = True) -> None:
+    def update_priorities(
+        self, indices: Any, priorities: Any, *, checked: bool = True, keep: Any = None
+    ) -> None:
         """Set raw priorities (``|δ|`` or a per-sample loss) of filled slots; last duplicate wins.
 
         ``checked=True``: ``ValueError``/``TypeError`` naming the argument, nothing changed, unless
@@ -331,6 +342,10 @@ class DevicePrioritizedSampler:
         (one small device-to-host copy of the slots' priorities, and the inputs' own copies when
         they are device tensors).  ``checked=False``: the trusted hot path, no synchronisation
         (a NaN there empties the slot, as in :meth:`write`).
+
+        ``keep`` (bools, one per index; e.g. a generation check made on the device): an entry
+        where it is ``False`` changes nothing, and a slot named twice keeps its last kept entry
+        (:meth:`DevicePriorityTree.write <prisample.device_tree.DevicePriorityTree.write>`).
         """
         with self._lock:
             if checked:
@@ -338,7 +353,14 @@ class DevicePrioritizedSampler:
                 values = self._checked_values(priorities, idx.shape[0], allow_nan=False)
             else:
                 slots, values = self._tensor(indices, torch.int64), self._tensor(priorities, torch.float64)
-            self._tree.write(slots, values)
+            mask = None
+            if keep is not None:
+                mask = self._tensor(keep, torch.bool)
+                if checked and mask.shape[0] != slots.shape[0]:
+                    raise ValueError(
+                        f"keep should have one value per index ({slots.shape[0]}), but got {mask.shape[0]}"
+                    )
+            self._tree.write(slots, values, mask)
 
     # -- draws ----------------------------------------------------------------------------------
     def sample(self, k: int) -> DeviceDraw:

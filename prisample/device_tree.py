@@ -29,6 +29,8 @@ import math
 
 import torch
 
+from prisample._devices import concrete_device
+
 __all__ = ["BRANCH", "DevicePriorityTree"]
 
 BRANCH = 8
@@ -91,7 +93,7 @@ class DevicePriorityTree:
         self.alpha = float(alpha)
         self.eps = float(eps)
         self.uniform = bool(uniform)
-        self.device = torch.device("cpu") if device is None else torch.device(device)
+        self.device = concrete_device("cpu" if device is None else device)
         sizes = [_round8(self.capacity)]
         while sizes[-1] > BRANCH:
             sizes.append(_round8(sizes[-1] // BRANCH))
@@ -170,20 +172,27 @@ class DevicePriorityTree:
         self.mins[level].index_put_((rows,), low)
 
     # -- writes ---------------------------------------------------------------------------------
-    def write(self, slots: torch.Tensor, values: torch.Tensor) -> None:
+    def write(self, slots: torch.Tensor, values: torch.Tensor, keep: torch.Tensor | None = None) -> None:
         """``raw[slots] = values`` as one ordered write (last duplicate wins; NaN empties a slot),
         then every ancestor of a written slot recomputed from its children, level by level.
 
         ``slots``: int64, ``values``: float64, both 1-d on the device, trusted (in range, NaN or
-        finite ``>= 0``).
+        finite ``>= 0``).  ``keep`` (bool, same length): entries where it is ``False`` are not
+        written and change nothing; a slot named twice keeps its last *kept* entry, and a slot
+        none of whose entries is kept keeps its value (decided on the device: no host read).
         """
         k = slots.shape[0]
         position = torch.arange(k, dtype=torch.int64, device=self.device)
-        # Give every entry the value of its slot's last entry: the scatters below then write equal
-        # values at equal indices, whatever order the device applies them in.
-        self._last.scatter_reduce_(0, slots, position, reduce="amax", include_self=False)
+        # Give every entry the value of its slot's last kept entry (its current value if none):
+        # the scatters below then write equal values at equal indices, whatever order the device
+        # applies them in.
+        kept = position if keep is None else torch.where(keep, position, -1)
+        self._last.scatter_reduce_(0, slots, kept, reduce="amax", include_self=False)
         last = self._last[slots]
-        values = values[last]
+        if keep is None:
+            values = values[last]
+        else:
+            values = torch.where(last >= 0, values[last.clamp(min=0)], self.raw[slots])
         was_live = ~torch.isnan(self.raw[slots])
         live = ~torch.isnan(values)
         change = torch.where(last == position, live.to(torch.int64) - was_live.to(torch.int64), 0)
@@ -214,6 +223,31 @@ class DevicePriorityTree:
         self.raw[: self.capacity].copy_(raw)
         self.raw[self.capacity :].fill_(math.nan)
         self.rebuild()
+
+    def max_without(self, slots: torch.Tensor) -> torch.Tensor:
+        """Largest raw priority of a non-empty slot outside ``slots`` (``-inf`` if none): what
+        :attr:`max_raw` would be once ``slots`` were emptied, without writing them (0-d).
+
+        One pass up the tree, reading the max level only: a node's maximum without ``slots`` is
+        the largest, over its 8 children, of the child's own maximum, or of the child's maximum
+        without ``slots`` where the child holds one of them (``O(k² log N)`` work for ``k``
+        slots, a fixed number of tensor operations).  ``slots``: int64, 1-d, non-empty, trusted.
+        """
+        node = slots
+        # each entry's subtree maximum without ``slots``; a leaf in ``slots`` has none
+        without = torch.full(slots.shape, -math.inf, dtype=torch.float64, device=self.device)
+        for level in range(len(self.sizes)):
+            row = torch.div(node, BRANCH, rounding_mode="floor")
+            children = self.maxs[level].view(-1, BRANCH)[row]
+            if level == 0:  # leaves: an empty slot takes part in no max
+                children = torch.where(torch.isnan(children), -math.inf, children)
+            # (entry, child, other entry): the child is the other entry's node at this level
+            ids = row[:, None] * BRANCH + (self._steps - 1)
+            match = ids[:, :, None] == node[None, None, :]
+            replaced = torch.where(match, without[None, None, :], -math.inf).amax(2)
+            without = torch.where(match.any(2), replaced, children).amax(1)
+            node = row
+        return without.amax()
 
     # -- draws ----------------------------------------------------------------------------------
     def find(self, targets: torch.Tensor) -> torch.Tensor:

@@ -117,3 +117,28 @@ def test_the_captured_recipe_step_equals_the_eager_one_and_never_waits() -> None
         torch.testing.assert_close(a, b)
     np.testing.assert_allclose(r_graph.sampler.priorities, r_eager.sampler.priorities, rtol=1e-5)
     assert r_graph.dropped_updates == r_eager.dropped_updates
+
+
+def test_a_memory_on_cuda_holds_the_device_its_draws_report_and_updates_stay_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression: ``device="cuda"`` was kept as ``torch.device("cuda")`` while draws report
+    ``cuda:0``; the two compare unequal, so every update of a draw's tensors took the host path
+    (a copy and a wait), and a captured step aborted inside the priority write."""
+    replay = _replay("cuda")
+    for step in _steps(20):
+        replay.add_many(**step)
+    batch, draw = replay.sample(32)
+    assert replay.memory.device == draw.indices.device == torch.device("cuda", torch.cuda.current_device())
+    calls = []
+    original = replay._update_on_device
+
+    def spied(*args: Any) -> None:
+        calls.append(1)
+        original(*args)
+
+    monkeypatch.setattr(replay, "_update_on_device", spied)
+    replay.update_priorities(
+        draw.indices, torch.ones(32, device=draw.indices.device), generations=batch.generation
+    )
+    assert calls == [1]

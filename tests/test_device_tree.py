@@ -221,3 +221,45 @@ def test_a_write_does_not_depend_on_the_order_duplicate_scatters_land(
         apply(tree, [list(zip(slots.tolist(), values.tolist(), strict=True))], raw)
     np.testing.assert_array_equal(tree.raw[:100].numpy(), raw)
     assert float(tree.total) == np.nansum(raw) and int(tree.count) == int(np.count_nonzero(~np.isnan(raw)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), capacity=CAPACITIES)
+def test_a_masked_write_is_the_write_of_its_kept_entries(data: st.DataObject, capacity: int) -> None:
+    """Regression: a write's entries masked out by ``keep`` (a stale priority update) changed
+    their slot: the last entry of a slot won even when masked, so a stale duplicate after a fresh
+    one undid it.  Now the masked entries change nothing and a slot keeps its last kept entry."""
+    tree = DevicePriorityTree(capacity, alpha=0.5, eps=0.01)
+    raw = np.full(capacity, np.nan)
+    apply(tree, data.draw(writes(capacity)), raw)
+    for batch in data.draw(writes(capacity)):
+        slots = np.array([s for s, _ in batch], dtype=np.int64)
+        values = np.array([v for _, v in batch], dtype=np.float64)
+        keep = np.array(data.draw(st.lists(st.booleans(), min_size=len(batch), max_size=len(batch))))
+        tree.write(torch.from_numpy(slots), torch.from_numpy(values), torch.from_numpy(keep))
+        for s, v in zip(slots[keep], values[keep], strict=True):
+            raw[s] = v
+    np.testing.assert_array_equal(tree.raw[:capacity].numpy(), raw)
+    assert int(tree.count) == int(np.count_nonzero(~np.isnan(raw)))
+    rebuilt = DevicePriorityTree(capacity, alpha=0.5, eps=0.01)
+    rebuilt.load(torch.from_numpy(raw))
+    for a, b in zip(tree.state_tensors(), rebuilt.state_tensors(), strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), capacity=CAPACITIES)
+def test_max_without_is_the_maximum_once_the_slots_are_emptied(data: st.DataObject, capacity: int) -> None:
+    """What a full memory's add needs to evict and enter in one write: the largest raw priority
+    outside some slots (duplicates allowed), read without writing them."""
+    tree = DevicePriorityTree(capacity, alpha=1.0, eps=0.0)
+    raw = np.full(capacity, np.nan)
+    apply(tree, data.draw(writes(capacity)), raw)
+    slots = np.array(data.draw(st.lists(st.integers(0, capacity - 1), min_size=1, max_size=6)))
+    before = [t.clone() for t in tree.state_tensors()]
+    got = float(tree.max_without(torch.from_numpy(slots)))
+    rest = raw.copy()
+    rest[slots] = np.nan
+    assert got == (np.nanmax(rest) if (~np.isnan(rest)).any() else -math.inf)
+    for a, b in zip(tree.state_tensors(), before, strict=True):  # nothing written
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

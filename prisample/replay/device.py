@@ -41,9 +41,10 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from prisample._devices import concrete_device
 from prisample.replay._rows import last_rows
 
-__all__ = ["Columns", "DeviceReader", "TorchFrames", "as_device", "torch_dtype"]
+__all__ = ["Columns", "DeviceReader", "TorchFrames", "as_device", "concrete_device", "torch_dtype"]
 
 
 IntArray = npt.NDArray[np.int64]
@@ -53,7 +54,9 @@ _READ_BUFFERS = 4  # pinned read buffers in flight
 
 
 def as_device(device: Any) -> torch.device | None:
-    """``None`` (numpy batches) or a ``torch.device`` from a string or device; errors name it."""
+    """``None`` (numpy batches) or a ``torch.device`` from a string or device, named as the
+    tensors made there report it (:func:`concrete_device`: ``"cuda"`` becomes ``cuda:<current
+    index>``, ``"cpu:0"`` becomes ``cpu``); errors name it."""
     if device is None:
         return None
     if isinstance(device, str):
@@ -65,7 +68,7 @@ def as_device(device: Any) -> torch.device | None:
         raise TypeError(f"device should be None, a str or a torch.device, but got device={device!r}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device should be available, but got device={device!r} without CUDA")
-    return device
+    return concrete_device(device)
 
 
 def torch_dtype(dtype: np.dtype[Any], name: str) -> torch.dtype:

@@ -29,6 +29,10 @@ IntArray = npt.NDArray[np.int64]
 DEVICE_PREFIX = "device_"
 """The prefix of the device backends' names (``device_proportional``, ``device_uniform``)."""
 
+_READ_AROUND = 64
+"""The most evictions whose maximum is read around (``O(k²)`` work per tree level) so that an
+add evicts and enters in one write; more are removed in a write of their own first."""
+
 
 def check_on_device(backend: str, device: Any, eviction: str) -> None:
     """A device backend's requirements: a device and FIFO eviction."""
@@ -91,14 +95,17 @@ class DeviceSteps:
                 sampler.add(slots[i : i + 1], checked=False)
             return
         first = int(until[0])
-        order, marks = events(done, np.zeros(n), first)  # NaN marks the evictions
-        # the first row's evictions, the write's slots and marks: one pinned, asynchronous copy
-        (leaving, slots_on_device), (marks_on_device,) = self.memory.send_to_device(
-            [evicted[:first], order], [marks.astype(np.float32)]
+        order, marks = events(done, np.zeros(n), first)  # NaN marks the later rows' evictions
+        # the first row's evictions leave in the same write, ahead of the rows: the write's
+        # slots and marks go over in one pinned, asynchronous copy
+        (slots_on_device,), (marks_on_device,) = self.memory.send_to_device(
+            [np.concatenate([evicted[:first], order])],
+            [np.concatenate([np.full(first, np.nan), marks]).astype(np.float32)],
         )
-        if first:  # before the maximum is read: an evicted transition's priority is not a live one's
-            sampler.remove(leaving, checked=False)
-        values = torch.where(torch.isnan(marks_on_device), math.nan, sampler.max_priority)
+        # the maximum once the first row's evictions left (an evicted transition's priority is
+        # not a live one's), read around them: one write then evicts and enters
+        high = self._max_without(slots_on_device[:first])
+        values = torch.where(torch.isnan(marks_on_device), math.nan, high)
         sampler.write(slots_on_device, values, checked=False)
 
     def _sample_on_device(self, k: int) -> tuple[ReplayBatch, Any]:
@@ -177,17 +184,44 @@ class DeviceSteps:
         sampler = self._device_sampler
         assert sampler is not None
         self._drawable_seen |= done.completed.shape[0] > 0
-        if done.evicted.shape[0] == 0 and done.completed.shape[0] == 0:
+        leaving, entering = done.evicted.shape[0], done.completed.shape[0]
+        if leaving == 0 and entering == 0:  # known from the host's shapes: nothing to write
             return
-        (leaving, entering), _ = self.memory.send_to_device([done.evicted, done.completed], [])
-        sampler.remove(leaving, checked=False)  # before the maximum is read, as in _enter_on_device
-        sampler.add(entering, checked=False)
+        # the evictions and the completed windows as one write (the windows last: a slot in both
+        # is live after the host's remove-then-add too), the windows at the maximum once the
+        # evictions left
+        (slots_on_device,), _ = self.memory.send_to_device(
+            [np.concatenate([done.evicted, done.completed])], []
+        )
+        high = self._max_without(slots_on_device[:leaving])
+        values = torch.cat(
+            [
+                torch.full((leaving,), math.nan, dtype=torch.float64, device=slots_on_device.device),
+                high.expand(entering),
+            ]
+        )
+        sampler.write(slots_on_device, values, checked=False)
+
+    def _max_without(self, leaving: torch.Tensor) -> torch.Tensor:
+        """The maximum new transitions enter at once ``leaving`` (slots on the device, about to be
+        emptied by the same write) left: read around them, or for many of them after a removal
+        of their own; the choice rests on their number, which the host knows."""
+        sampler = self._device_sampler
+        assert sampler is not None
+        k = leaving.shape[0]
+        if 0 < k <= _READ_AROUND:
+            return sampler.max_priority_without(leaving)
+        if k:
+            sampler.remove(leaving, checked=False)
+        return sampler.max_priority
 
     def _update_on_device(self, indices: torch.Tensor, priorities: Any, generations: Any) -> None:
         """:meth:`~prisample.replay.PrioritizedReplay.update_priorities` of indices on the device
-        (a draw's): the generations checked there, a stale entry rewriting its slot's current
-        priority (so that no shape depends on the data), the dropped count kept there; no host
-        synchronisation.  The indices are trusted to be a draw's (in range, filled when drawn)."""
+        (a draw's): the generations checked there, the dropped count kept there, and the live
+        entries written with the stale ones masked out (a stale entry changes nothing; a slot
+        named twice keeps its last live entry, as on the host), in a fixed sequence of tensor
+        operations with no host synchronisation.  The indices are trusted to be a draw's (in
+        range, filled when drawn)."""
         sampler = self._device_sampler
         assert sampler is not None
         device = self.memory.device
@@ -202,5 +236,4 @@ class DeviceSteps:
             )
             keep = (current == expected) & (current >= 0)
             self._dropped_on_device += (~keep).sum()
-            values = torch.where(keep, values, sampler.tree.raw[idx])
-            sampler.update_priorities(idx, values, checked=False)
+            sampler.update_priorities(idx, values, checked=False, keep=keep)

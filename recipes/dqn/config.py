@@ -15,6 +15,7 @@ from typing import Any, Literal
 import torch
 import yaml
 
+from prisample.replay.device import concrete_device
 from recipes.common import cli
 from recipes.dqn.envs import EnvBackend, check_env, env_family
 
@@ -341,9 +342,12 @@ def load_config(
 
 
 def resolve_device(device: str) -> torch.device:
+    """``--device`` as the device its tensors report (``"auto"``: CUDA when available): ``"cuda"``
+    becomes ``cuda:<current index>`` and ``"cpu:0"`` ``cpu``, so that a tensor's ``.device``
+    compares equal to it."""
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return concrete_device(device)
 
 
 # -- the command line of ``python -m recipes.dqn train`` ---------------------------------------

@@ -170,7 +170,8 @@ def metrics_row(
         "train/epsilon": epsilon,
         "per/alpha": replay.sampler.alpha,
         "per/beta": replay.sampler.beta,
-        "per/max_priority": replay.sampler.max_priority,
+        # a device sampler gives a 0-d tensor, whose repr would land in metrics.csv
+        "per/max_priority": float(replay.sampler.max_priority),
         "perf/steps_per_s": steps_per_s,
         "replay/size": float(len(replay)),
         "updates": float(state.updates),
