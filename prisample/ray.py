@@ -73,7 +73,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -83,6 +83,7 @@ from prisample._validation import check_finite_priorities, check_positive_int, c
 from prisample.frame_stream import FRAME_KEYS, FRAME_WINDOW, FrameStreamDecoder
 from prisample.rate_limit import RateLimiter, RateLimiterClosedError, Side, _left
 from prisample.replay import PrioritizedReplay
+from prisample.replay.batch import BatchMapping
 from prisample.weights import WEIGHT_NORMS, LinearSchedule, WeightNorm, check_beta, importance_weights
 
 __all__ = [
@@ -342,7 +343,7 @@ def _count_transitions(transitions: Mapping[str, Any]) -> int:
 
 
 @dataclass(frozen=True, eq=False)
-class RemoteBatch(Mapping[str, Any]):
+class RemoteBatch(BatchMapping):
     """``k`` transitions drawn from a :class:`RemoteReplay`, with their weights and the keys
     (``shards``, ``slots``, ``generation``) :meth:`RemoteReplay.update_priorities` needs.
     Also a read-only mapping: ``batch["obs"]``, ``batch["log_prob"]`` for an extra."""
@@ -361,20 +362,8 @@ class RemoteBatch(Mapping[str, Any]):
     generation: IntArray
     extras: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
 
-    def __getitem__(self, key: str) -> Any:
-        if key in (*TRANSITION_FIELDS, "weights", "probabilities", "shards", "slots", "generation"):
-            return getattr(self, key)
-        try:
-            return self.extras[key]
-        except KeyError:
-            raise KeyError(f"batch has no field or extra {key!r}; it has {list(self)}") from None
-
-    def __iter__(self) -> Iterator[str]:
-        yield from TRANSITION_FIELDS
-        yield from self.extras
-
-    def __len__(self) -> int:
-        return len(TRANSITION_FIELDS) + len(self.extras)
+    mapped_fields: ClassVar[tuple[str, ...]] = TRANSITION_FIELDS
+    readable_fields: ClassVar[tuple[str, ...]] = ("weights", "probabilities", "shards", "slots", "generation")
 
 
 class RemoteReplay:

@@ -1,15 +1,18 @@
-"""The typed batch a replay memory returns: transitions as arrays, also readable by key."""
+"""The typed batch a replay memory returns: transitions as arrays, also readable by key.
+
+:class:`BatchMapping` is the read-only mapping view every batch dataclass of the package shares
+(:class:`ReplayBatch` here, :class:`prisample.ray.RemoteBatch`): its named fields, then its extras."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["FIELDS", "Obs", "ReplayBatch"]
+__all__ = ["FIELDS", "BatchMapping", "Obs", "ReplayBatch"]
 
 
 FIELDS = ("obs", "action", "reward", "discount", "next_obs", "generation")
@@ -18,8 +21,38 @@ FIELDS = ("obs", "action", "reward", "discount", "next_obs", "generation")
 Obs = Any
 
 
+class BatchMapping(Mapping[str, Any]):
+    """A batch dataclass read as a mapping: ``batch[key]`` is the attribute ``key`` for a key of
+    ``mapped_fields`` or ``readable_fields``, else ``batch.extras[key]``; iteration yields
+    ``mapped_fields`` then the extras' names, and ``len`` counts those.  ``readable_fields`` are
+    readable by key without being keys (a batch's bookkeeping: its weights, slots, shards).
+
+    A subclass sets the two class variables and has an ``extras`` dict of per-transition arrays."""
+
+    mapped_fields: ClassVar[tuple[str, ...]]
+    """The fields that are the mapping's keys, in order, before the extras."""
+    readable_fields: ClassVar[tuple[str, ...]] = ()
+    """Fields ``batch[key]`` also reads that are not keys (neither iterated nor counted)."""
+    extras: dict[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self.mapped_fields or key in self.readable_fields:
+            return getattr(self, key)
+        try:
+            return self.extras[key]
+        except KeyError:
+            raise KeyError(f"batch has no field or extra {key!r}; it has {list(self)}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.mapped_fields
+        yield from self.extras
+
+    def __len__(self) -> int:
+        return len(self.mapped_fields) + len(self.extras)
+
+
 @dataclass(frozen=True, eq=False)
-class ReplayBatch(Mapping[str, Any]):
+class ReplayBatch(BatchMapping):
     """``k`` transitions ``(s_t, a_t, r, γ, s')`` read from a replay memory: numpy arrays, or torch
     tensors on the memory's ``device``.
 
@@ -58,17 +91,4 @@ class ReplayBatch(Mapping[str, Any]):
     batch's kind (numpy, or a tensor on the memory's device); ``None`` otherwise.  Not a mapping
     key (``draw.weights`` holds the same values on the host)."""
 
-    def __getitem__(self, key: str) -> Any:
-        if key in FIELDS:
-            return getattr(self, key)
-        try:
-            return self.extras[key]
-        except KeyError:
-            raise KeyError(f"batch has no field or extra {key!r}; it has {list(self)}") from None
-
-    def __iter__(self) -> Iterator[str]:
-        yield from FIELDS
-        yield from self.extras
-
-    def __len__(self) -> int:
-        return len(FIELDS) + len(self.extras)
+    mapped_fields: ClassVar[tuple[str, ...]] = FIELDS
