@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("gymnasium")
 
+from recipes.apex import actor_learner, exploration
 from recipes.apex.actor_learner import ActorLearnerConfig, main
 from recipes.common.cli import ConfigError
 
@@ -36,6 +37,27 @@ def test_actor_learner_smoke(tmp_path: Path, depth: int) -> None:
     assert saved["actor_steps_per_s"] > 0 and saved["learner_updates_per_s"] > 0
     assert results["beta_final"] == pytest.approx(1.0)
     assert not [t for t in threading.enumerate() if t.name.startswith(("actor-", "prisample-prefetch"))]
+
+
+def test_the_actor_threads_act_with_the_apex_epsilons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The actor threads once computed ε_i = ε^(1 + 7 i / (N − 1)) themselves, beside the Ray run's
+    own formula; both now take it, and ε's default, from ``recipes.apex.exploration``."""
+    asked: list[tuple[int, int, float]] = []
+
+    def recorded(i: int, n: int, epsilon: float = exploration.EPSILON) -> float:
+        asked.append((i, n, epsilon))
+        return exploration.actor_epsilon(i, n, epsilon)
+
+    monkeypatch.setattr(actor_learner, "actor_epsilon", recorded)
+    config = ActorLearnerConfig(
+        actors=3, envs_per_actor=1, updates=5, learning_starts=32, capacity=200, batch_size=8,
+        epsilon=0.3, out_dir=str(tmp_path), progress=False,
+    )  # fmt: skip
+    main(config)
+    assert sorted(asked) == [(0, 3, 0.3), (1, 3, 0.3), (2, 3, 0.3)]
+    assert ActorLearnerConfig().epsilon == exploration.EPSILON
 
 
 @pytest.mark.parametrize("samples_per_insert", [0.0, 8.0])

@@ -1,4 +1,4 @@
-"""``recipes/apex/run.py`` and its studies (``recipes/apex/studies.py``): ε_i, the actors' n-step
+"""``recipes/apex/run.py`` and its studies (``recipes/apex/studies.py``): ε_i's defaults, the actors' n-step
 transitions, the config checks, the command lines, and CI-sized end-to-end runs on CartPole and
 MinAtar Breakout (one local Ray for the module)."""
 
@@ -18,18 +18,16 @@ pytest.importorskip("gymnasium")
 from recipes.apex import run as apex_dqn
 from recipes.apex import studies as apex_studies
 from recipes.apex.config import ApexConfig, rate_limit
+from recipes.apex.exploration import EPSILON, EPSILON_EXPONENT, actor_epsilon
 from recipes.apex.nstep import NStepBuilder
-from recipes.apex.run import actor_epsilon, train
+from recipes.apex.run import train
 from recipes.common.cli import ConfigError
 
 
-def test_actor_epsilon_follows_apex_schedule() -> None:
-    # ε_i = 0.4^(1 + 7 i / (N − 1)): 0.4 for the first actor, 0.4^8 for the last
-    assert actor_epsilon(0, 1) == 0.4
-    assert [actor_epsilon(i, 8) for i in (0, 3, 7)] == pytest.approx([0.4, 0.4**4, 0.4**8])
-    assert actor_epsilon(1, 3, epsilon=0.5, exponent=2.0) == pytest.approx(0.5**2)
-    with pytest.raises(ValueError, match="i should lie in"):
-        actor_epsilon(2, 2)
+def test_the_ray_run_defaults_to_the_one_epsilon_schedule() -> None:
+    """ApexConfig once wrote ε and α of ε_i again beside run.py's own defaults."""
+    assert (ApexConfig().epsilon, ApexConfig().epsilon_exponent) == (EPSILON, EPSILON_EXPONENT)
+    assert apex_dqn.actor_epsilon is actor_epsilon
 
 
 def _episode(builder: NStepBuilder, env: int, rewards: list[float], gamma: float, terminated: bool) -> None:

@@ -49,6 +49,7 @@ from tqdm import tqdm
 
 from prisample import LinearSchedule, PrioritizedReplay
 from prisample.rate_limit import RateLimiter, RateLimiterClosedError
+from recipes.apex.exploration import EPSILON, actor_epsilon
 from recipes.common import cli
 from recipes.dqn.agent import double_dqn_td_error
 
@@ -85,7 +86,7 @@ class ActorLearnerConfig:
     """Updates between copies of the online network to the target network."""
     sync_every: int = 50
     """Updates between publications of the learner's weights to the actors."""
-    epsilon: float = 0.4
+    epsilon: float = EPSILON
     """Base ε of the actors' schedule ε_i = ε^(1 + 7 i / (N − 1)) (Ape-X)."""
     alpha: float = 0.6
     """Priority exponent α (Schaul et al. 2016, proportional: 0.6)."""
@@ -197,8 +198,7 @@ def actor(
     """Step ``envs_per_actor`` environments in turn with ε_i-greedy on a copy of the learner's
     network, adding every transition to the shared replay on the environment's own stream (once
     ``limiter`` lets it; its close ends the actor)."""
-    n = config.actors
-    epsilon = config.epsilon ** (1 + 7 * i / (n - 1)) if n > 1 else config.epsilon
+    epsilon = actor_epsilon(i, config.actors, config.epsilon)
     rng = np.random.default_rng(config.seed + 1000 + i)
     envs = [gym.make(config.env_id) for _ in range(config.envs_per_actor)]
     obs = [env.reset(seed=config.seed + 100 * i + e)[0] for e, env in enumerate(envs)]

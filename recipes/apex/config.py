@@ -18,6 +18,7 @@ from typing import Any
 
 import ray
 
+from recipes.apex.exploration import EPSILON, EPSILON_EXPONENT
 from recipes.common import cli, outputs
 from recipes.dqn.config import PAPER_ARMS, DDQNConfig, load_config
 from recipes.dqn.envs import check_env
@@ -51,9 +52,9 @@ class ApexConfig:
     single-process recipe counts them: every step of every environment, autoreset steps included."""
     n_step: int = 3
     """Steps per return (Ape-X: 3)."""
-    epsilon: float = 0.4
+    epsilon: float = EPSILON
     """ε of ε_i = ε^(1 + α i / (N − 1)) (Ape-X: 0.4)."""
-    epsilon_exponent: float = 7.0
+    epsilon_exponent: float = EPSILON_EXPONENT
     """α of that schedule (Ape-X: 7)."""
     actor_epsilon: str = "apex"
     """'apex': actor i acts with its fixed ε_i above (Horgan et al., Sec. 4); 'schedule': every actor

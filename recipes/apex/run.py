@@ -5,7 +5,7 @@ van Hasselt & Silver 2018) splits Double DQN with prioritized replay (Schaul et 
 Algorithm 1) into actors that only act and a learner that only learns.  Actor ``i`` of ``N``
 (Horgan et al., Algorithm 1; ε_i from Sec. 4)::
 
-    ε_i = ε^(1 + α i / (N − 1))        ε = 0.4, α = 7; ε_0 = ε when N = 1
+    ε_i = ε^(1 + α i / (N − 1))        ε = 0.4, α = 7; ε_0 = ε when N = 1   (exploration.py)
     θ_i ← the learner's latest θ                                               (line 2)
     repeat, stepping all its environments together:
         A_t ~ ε_i-greedy(Q(S_t, ·; θ_i)); step → R_t, γ_t (0 at termination), S_{t+1}    (line 5-6)
@@ -88,6 +88,7 @@ import torch
 from prisample.frame_stream import FrameStreamEncoder
 from prisample.ray import RemoteBatch, RemoteReplay, ReplayWriter
 from recipes.apex.config import PROG, ApexConfig, learner_config, rate_limit, ray_cpus, run_dir, start_ray
+from recipes.apex.exploration import actor_epsilon
 from recipes.apex.fleet import ActorFleet, publish, start_actors
 from recipes.apex.nstep import FIELDS, NStepBuilder
 from recipes.apex.record import RunRecord, wire_nbytes
@@ -107,14 +108,6 @@ LEARNER_PARTS = ("wait_batch", "learn", "update_priorities", "publish", "poll", 
 
 
 # -- the actors (Algorithm 1) ----------------------------------------------------------------------
-
-
-def actor_epsilon(i: int, n: int, epsilon: float = 0.4, exponent: float = 7.0) -> float:
-    """``ε_i = ε^(1 + α i / (N − 1))`` for actor ``i`` of ``N`` (Horgan et al. 2018, Sec. 4); ``ε``
-    for a single actor."""
-    if not 0 <= i < n:
-        raise ValueError(f"i should lie in [0, {n}), but got i={i}")
-    return epsilon if n == 1 else float(epsilon ** (1.0 + exponent * i / (n - 1)))
 
 
 @torch.no_grad()
