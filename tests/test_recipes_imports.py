@@ -1,4 +1,4 @@
-"""The recipes import each other without cycles (issue 15: "no import cycle in recipes/").
+"""The recipes import each other without cycles, and ``recipes/common`` imports no recipe.
 
 A cycle hidden inside a function (``def main(): from recipes import other``) is still a cycle: the
 two modules can no longer be read, tested or moved one without the other.  The graph is read from the
@@ -105,6 +105,66 @@ def test_every_module_lives_in_a_recipe_folder_and_none_is_long() -> None:
     assert loose == []
     long = {module_name(p): n for p in RECIPES.rglob("*.py") if (n := len(p.read_text().splitlines())) > 450}
     assert long == {}
+
+
+def absolute_imports(source: str, package: str) -> set[str]:
+    """Every module name ``source`` imports, at module level or inside functions, relative imports
+    resolved against ``package`` (the importing module's package, ``recipes.common``); ``from a
+    import b`` gives ``a.b``, which is ``a``'s submodule or a name defined in ``a``."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - (node.level - 1)] if node.level else []
+            parent = ".".join([*base, *([node.module] if node.module else [])])
+            found |= {parent} | {f"{parent}.{alias.name}" for alias in node.names}
+    return found
+
+
+def recipe_imports_of_common(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Per module of ``recipes/common`` (dotted as ``common.cli``), the imports of a recipe package
+    it makes: names under ``recipes.`` outside ``recipes.common``."""
+    found = {}
+    for name, text in sources.items():
+        if name == "common" or name.startswith("common."):
+            package = "recipes." + (name if name == "common" else name.rpartition(".")[0])
+            outside = sorted(
+                imported
+                for imported in absolute_imports(text, package)
+                if imported.startswith("recipes.")
+                and imported != "recipes.common"
+                and not imported.startswith("recipes.common.")
+            )
+            if outside:
+                found[name] = outside
+    return found
+
+
+def test_common_imports_no_recipe() -> None:
+    """``recipes/common`` holds the parts every recipe shares, so none of it may import a recipe:
+    ``rl_metrics`` once took its IQM and bootstrap from ``recipes.dqn.stats``, tying every
+    comparison of every recipe to the Atari statistics of one."""
+    sources = recipe_sources()
+    assert any(name.startswith("common.") for name in sources), "recipes/common was not found"
+    assert recipe_imports_of_common(sources) == {}
+
+
+def test_the_common_check_sees_every_form_of_import() -> None:
+    sources = {
+        "common.a": "from recipes.dqn.stats import iqm\n",
+        "common.b": "def f():\n    import recipes.apex.run\n",
+        "common.c": "from ..dqn import stats\n",
+        "common.d": "from recipes import dqn, common\n",
+        "common.e": "from recipes.common import outputs\nfrom . import cli\nfrom .outputs import figure\n",
+        "dqn.x": "from recipes.apex import run\n",
+    }
+    assert recipe_imports_of_common(sources) == {
+        "common.a": ["recipes.dqn.stats", "recipes.dqn.stats.iqm"],
+        "common.b": ["recipes.apex.run"],
+        "common.c": ["recipes.dqn", "recipes.dqn.stats"],
+        "common.d": ["recipes.dqn"],
+    }
 
 
 @pytest.mark.parametrize(

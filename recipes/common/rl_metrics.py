@@ -10,8 +10,9 @@ A run's evaluation curve is its scores ``s_1 … s_E`` at the evaluation steps `
 * **final**: ``s_E``, the score of the last evaluation.
 
 Across the seeds of one arm: the interquartile mean (IQM, the 25 % trimmed mean of Agarwal et al.
-2021, :func:`recipes.dqn.stats.iqm`) with a percentile interval from a bootstrap that redraws the
-arm's seeds with replacement (:func:`recipes.dqn.stats.stratified_bootstrap_ci`, one stratum).
+2021, :func:`recipes.common.aggregates.iqm`) with a percentile interval from a bootstrap that
+redraws the arm's seeds with replacement (:func:`~recipes.common.aggregates.stratified_bootstrap_ci`,
+one stratum).
 Arm against baseline (:func:`compare`): the difference of their IQMs with a bootstrap interval that
 redraws each arm's seeds separately (two strata), and Welch's t-test on the two sets of values.
 """
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recipes.dqn.stats import iqm, stratified_bootstrap_ci
+from recipes.common.aggregates import iqm, stratified_bootstrap_ci
 
 __all__ = ["auc", "compare", "final", "iqm_interval", "seed_mean_std", "verdict_word", "welch"]
 

@@ -13,7 +13,7 @@ Metrics, per seed: every ``eval_every`` steps, and once more at the end, the gre
 ``auc`` is the mean of these evaluation scores (the area under the evaluation curve divided by its
 length), ``final`` the last one (the final policy), ``weight_mean_last`` the mean importance weight
 over the last 100 batches (``PrioritizedDQN.weight_mean``; 1 for uniform replay).  Across seeds:
-the interquartile mean with a 95 % stratified-bootstrap interval (``recipes/dqn/stats.py``).
+the interquartile mean with a 95 % stratified-bootstrap interval (``recipes/common/aggregates.py``).
 Learning curves of the training episodes' returns are kept as well.
 
 Hyper-parameters: DLR-RM/rl-baselines3-zoo ``hyperparams/dqn.yml``, entry ``CartPole-v1``
@@ -51,8 +51,7 @@ from stable_baselines3.common.monitor import Monitor
 from tqdm import tqdm
 
 from prisample.sb3 import PrioritizedDQN
-from recipes.common import cli, outputs, rl_metrics
-from recipes.dqn import stats as atari_stats
+from recipes.common import aggregates, cli, outputs, rl_metrics
 
 PROG = "python -m recipes.studies sb3-cartpole"
 ENV_ID = "CartPole-v1"
@@ -286,7 +285,7 @@ def run(cfg: Config) -> dict[str, Any]:
 
 def iqm_interval(values: list[float]) -> list[float]:
     """``[IQM, low, high]`` across seeds: the 95 % stratified-bootstrap interval of Agarwal et al. 2021."""
-    point, low, high = atari_stats.stratified_bootstrap_ci({ENV_ID: values}, atari_stats.iqm, seed=0)
+    point, low, high = aggregates.stratified_bootstrap_ci({ENV_ID: values}, aggregates.iqm, seed=0)
     return [point, low, high]
 
 
