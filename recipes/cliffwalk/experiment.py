@@ -23,10 +23,8 @@ leaves open are listed in ``docs/recipes/cliffwalk.md``.
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import numba
@@ -37,7 +35,8 @@ from tqdm import tqdm
 from prisample import PrioritizedSampler
 from recipes.cliffwalk import report as cliffwalk_report
 from recipes.cliffwalk.report import Results
-from recipes.common import cli, outputs
+from recipes.common import cli
+from recipes.common.experiment import Experiment
 
 Representation = Literal["tabular", "linear"]
 Agent = Literal["uniform", "oracle", "greedy", "rank", "proportional"]
@@ -422,23 +421,10 @@ def run_experiment(config: CliffwalkConfig, progress: bool = True) -> Results:
 # -- outputs --------------------------------------------------------------------------------------
 
 
-def command_line(config: CliffwalkConfig) -> str:
-    """The command that reproduces ``config``: the recipe with its non-default arguments."""
-    return outputs.command_line("python -m recipes.cliffwalk run", config, CliffwalkConfig())
-
-
-def main(config: CliffwalkConfig | None = None) -> Results:
-    """Run the experiment and write the table, the JSON and the plots to ``config.out_dir``."""
-    config = CliffwalkConfig() if config is None else config
-    out_dir = Path(config.out_dir)
-    start = time.perf_counter()
-    results = run_experiment(config)
-    runtime = time.perf_counter() - start
-    written = cliffwalk_report.write(results, config, runtime, command_line(config))
-    print(f"wrote {out_dir}/cliffwalk.md, cliffwalk.json and {len(written) - 2} plot(s) in {runtime:.0f} s")
-    return results
-
-
-def command(argv: list[str]) -> Results:
-    """``python -m recipes.cliffwalk run [options]``: its options, then :func:`main`."""
-    return main(cli.parse(CliffwalkConfig, argv, prog="python -m recipes.cliffwalk run"))
+EXPERIMENT: Experiment[CliffwalkConfig, Results] = Experiment(
+    "cliffwalk", CliffwalkConfig, run_experiment, cliffwalk_report.write
+)
+"""``python -m recipes.cliffwalk run``: :func:`run_experiment`, then the report."""
+command_line = EXPERIMENT.command_line
+main = EXPERIMENT.main
+command = EXPERIMENT.command

@@ -31,11 +31,9 @@ Run ``python -m recipes.offpolicy run`` (about 5 minutes on one core).  It write
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,7 +41,7 @@ from tqdm import tqdm
 
 from prisample import CorrectedSampler, LinearSchedule, PrioritizedSampler
 from prisample.methods import hybrid_priorities, importance_ratios, rejection_priorities
-from recipes.common import cli, outputs
+from recipes.common.experiment import Experiment
 from recipes.offpolicy import report as offpolicy_report
 from recipes.offpolicy.config import ARMS, Arm, OffPolicyConfig
 from recipes.offpolicy.model import (
@@ -384,23 +382,10 @@ def run_experiment(config: OffPolicyConfig, progress: bool = True) -> Results:
 # -- outputs --------------------------------------------------------------------------------------
 
 
-def command_line(config: OffPolicyConfig) -> str:
-    """The command that reproduces ``config``: the recipe with its non-default arguments."""
-    return outputs.command_line("python -m recipes.offpolicy run", config, OffPolicyConfig())
-
-
-def main(config: OffPolicyConfig | None = None) -> Results:
-    """Run the experiment and write the table, the JSON and the plots to ``config.out_dir``."""
-    config = OffPolicyConfig() if config is None else config
-    out_dir = Path(config.out_dir)
-    start = time.perf_counter()
-    results = run_experiment(config)
-    runtime = time.perf_counter() - start
-    written = offpolicy_report.write(results, config, runtime, command_line(config))
-    print(f"wrote {out_dir}/offpolicy.md, offpolicy.json and {len(written) - 2} plot(s) in {runtime:.0f} s")
-    return results
-
-
-def command(argv: list[str]) -> Results:
-    """``python -m recipes.offpolicy run [options]``: its options, then :func:`main`."""
-    return main(cli.parse(OffPolicyConfig, argv, prog="python -m recipes.offpolicy run"))
+EXPERIMENT: Experiment[OffPolicyConfig, Results] = Experiment(
+    "offpolicy", OffPolicyConfig, run_experiment, offpolicy_report.write
+)
+"""``python -m recipes.offpolicy run``: :func:`run_experiment`, then the report."""
+command_line = EXPERIMENT.command_line
+main = EXPERIMENT.main
+command = EXPERIMENT.command
