@@ -1,4 +1,5 @@
-"""The Double DQN loop on a GPU against CleanRL's ``dqn_atari.py``, in one run (issue 12's target).
+"""The Double DQN loop on a GPU against CleanRL's ``dqn_atari.py``, in one run, against the loop's
+targets (:data:`TARGET_STEPS_PER_S`, :data:`TARGET_REPLAY_SHARE`, :data:`DEVICE_PRIORITY_TARGETS`).
 
 Both run Pong with the paper's Atari settings: Nature CNN, memory capacity 10^6, minibatch 32,
 one update per 4 agent steps, timed over their learning phase while ε is still ≈ 1.
@@ -40,15 +41,18 @@ GPU_SETTINGS: dict[str, Any] = {
     "priorities_on_device": True,
 }
 """The recipe's options for a GPU (every other value: the Atari preset and the arm's file);
-``--host_priorities`` measures the priorities on the host instead (issue 12's setting)."""
+``--host_priorities`` measures the priorities on the host instead (the setting of
+:data:`TARGET_STEPS_PER_S` and :data:`TARGET_REPLAY_SHARE`)."""
 TARGET_STEPS_PER_S = 3000.0
 TARGET_REPLAY_SHARE = 0.15
-ISSUE24_TARGETS: dict[str, float] = {
+"""The loop's targets with the priorities on the host: agent steps/s and the replay's share."""
+DEVICE_PRIORITY_TARGETS: dict[str, float] = {
     "agent_steps_per_s": 8000.0,  # uniform and proportional, priorities on the device
     "rank_agent_steps_per_s": 4000.0,
     "replay_share": 0.10,
     "over_cleanrl": 15.0,
 }
+"""The loop's targets with the priorities on the device (``priorities_on_device``)."""
 DEVICE_BACKENDS = ("proportional", "uniform")
 """The arms whose priorities can live on the device (rank needs the host's exact order)."""
 
@@ -91,7 +95,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--cleanrl_learning_starts", type=int, default=5000)
     parser.add_argument("--cleanrl_buffer_size", type=int, default=1_000_000)
     parser.add_argument(
-        "--host_priorities", action="store_true", help="keep the priorities on the host (issue 12's setting)"
+        "--host_priorities",
+        action="store_true",
+        help="keep the priorities on the host (the setting of the host targets)",
     )
     parser.add_argument("--out", type=Path, default=Path("runs/atari_loop_gpu.json"))
     parser.add_argument("--loop_out", type=Path, default=None, help="also write atari_loop's full JSON here")
@@ -109,7 +115,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "command": command,
         "settings": settings,
         "targets": {"agent_steps_per_s": TARGET_STEPS_PER_S, "replay_share": TARGET_REPLAY_SHARE},
-        "targets_issue24": ISSUE24_TARGETS,
+        "targets_priorities_on_device": DEVICE_PRIORITY_TARGETS,
         "arms": {},
         "machine": loop["machine"],
     }

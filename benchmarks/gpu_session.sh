@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Every GPU measurement of the Atari recipe, as one command for a lent GPU machine (issue 12).
+# Every GPU measurement of the Atari recipe, as one command for a lent GPU machine.
 #
 #   bash benchmarks/gpu_session.sh smoke   # ~3 min: GPU tests, update timings, short loop and sweep probes
 #   bash benchmarks/gpu_session.sh final   # ~9.5 min: GPU tests, loop benchmark vs CleanRL, the Atari sweep
-#   bash benchmarks/gpu_session.sh replay  # ~6 min: the replay on the device, and its share of the DQN loop (issue 23)
+#   bash benchmarks/gpu_session.sh replay  # ~6 min: the replay on the device, and its share of the DQN loop
 #   bash benchmarks/gpu_session.sh apex    # ~8 min: Ape-X's learner on the GPU, actors on the CPU cores
-#                                          #   (issue 25): 1, 2, 4, 8, 14 actors; needs ray (gpu_wheels.sh ray)
+#                                          #   (the scaling study): 1, 2, 4, 8, 14 actors; needs ray (gpu_wheels.sh ray)
 #   bash benchmarks/gpu_session.sh device  # at most 7.5 min (limits 60+120+60+200 s): priorities on the device:
 #                                          #   the diagnosis of a first run (benchmarks/gpu_diagnose.py),
 #                                          #   the device tests under sync-debug mode, the captured replay step,

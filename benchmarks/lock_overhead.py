@@ -1,4 +1,4 @@
-"""What the sampler's lock costs a single-threaded DQN loop (issue 11: "within a few percent").
+"""What the sampler's lock costs a single-threaded DQN loop (its target: "within a few percent").
 
 Every public call of :class:`prisample.PrioritizedSampler` holds a ``threading.RLock``.  One *DQN
 step* here is what a learner does per update: ``sample(32)`` (with weights), ``update_priorities``

@@ -40,7 +40,7 @@ import torch
 from benchmarks.replay_step import BATCH, ENVS, FRAME, STACK, Stream, make_stream
 from prisample.replay import PrioritizedReplay
 
-TARGET_MS = 0.15  # issue 11: the CUDA replay step at N = 10^6
+TARGET_MS = 0.15  # the target of the CUDA replay step at N = 10^6
 
 
 def _sync(device: torch.device) -> None:

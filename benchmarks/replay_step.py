@@ -34,7 +34,7 @@ update the 32 priorities.  The memory holds ``N`` transitions, filled before tim
   (``--disk-margin-gb`` left free), TorchRL is measured at the largest ``N`` that fits and the
   JSON says so (``n_measured``); when it exceeds RAM, reads go to disk and the JSON says that too.
 
-Against the copy floor (issue 23): what no replay can beat for this batch, the frames that
+Against the copy floor: what no replay can beat for this batch, the frames that
 prisample's ``sample`` gathers for 32 draws (``obs`` and ``next_obs`` share all but one frame:
 32 x 5 = 160 frames), read from prisample's own frame pool at the rows of real draws (made before
 timing) with one ``np.take`` into a preallocated ``(32, 5, 84, 84)`` array (:class:`CopyFloor`).
@@ -44,7 +44,7 @@ its phases (``phases``: ``add`` of the 4-env step, ``sample`` of 32 (draw, gathe
 ``update`` of 32, each clocked inside one step, and each phase's ratio to the floor per pass).  The
 add of a 16-environment vector step (``add_many`` of 16 streams, ``vector_add``: µs per
 transition, interleaved with the 4-env add) is timed on a second memory of the same ``N``.  Each
-size's ``targets`` says which of issue 23's bounds (:data:`ISSUE23`) were met.
+size's ``targets`` says which of the step's bounds (:data:`STEP_BOUNDS`) were met.
 
 Variants of prisample (``VARIANTS``) are timed against the base configuration once the replay
 gains the keyword; until then each is recorded as "not available in this version".
@@ -100,13 +100,13 @@ ENVS, STACK, FRAME, BATCH = 4, 4, (84, 84), 32
 ALPHA, BETA = 0.6, 0.4
 EPISODE = 500  # mean episode length, agent steps per environment
 POOL = 256  # distinct random frames the stream draws from
-VECTOR_ENVS = 16  # environments of the vector step whose add is timed on its own (issue 23)
+VECTOR_ENVS = 16  # environments of the vector step whose add is timed on its own
 PHASES = ("add", "sample", "update")  # prisample's step, clocked phase by phase
 FLOOR_BATCHES = 64  # draws whose frame rows the copy floor cycles through
 
-# Issue 23's bounds, per size: the whole step at most 1.5x the copy floor; cpprb's step at least 3x
+# The step's bounds, per size: the whole step at most 1.5x the copy floor; cpprb's step at least 3x
 # prisample's; the add of a 16-env vector step at most 10 µs per transition.
-ISSUE23: dict[str, float] = {
+STEP_BOUNDS: dict[str, float] = {
     "step_over_copy_floor": 1.5,
     "cpprb_over_prisample": 3.0,
     "vector_add_us_per_transition": 10.0,
@@ -688,7 +688,7 @@ def _time_vector_add(base: Prisample, n: int, config: dict[str, Any], policy: Qu
 
 
 def size_targets(block: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Issue 23's bounds (:data:`ISSUE23`) at one size, from the per-pass medians: measured, met."""
+    """The step's bounds (:data:`STEP_BOUNDS`) at one size, from the per-pass medians: measured, met."""
     libs, vector = block["libraries"], block.get("vector_add", {})
     measured = {
         "step_over_copy_floor": libs.get("prisample", {}).get("ratio_to_copy_floor", {}).get("median"),
@@ -698,7 +698,7 @@ def size_targets(block: dict[str, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for key, value in measured.items():
         if value is not None:
-            bound = ISSUE23[key]
+            bound = STEP_BOUNDS[key]
             met = value >= bound if key == "cpprb_over_prisample" else value <= bound
             out[key] = {"bound": bound, "measured": value, "met": bool(met)}
     return out
@@ -893,7 +893,7 @@ def run(config: dict[str, Any], command: str, peers: tuple[str, ...] | None = No
             "vector_envs": config.get("vector_envs", 0),
         },
         "torch_threads": torch.get_num_threads(),
-        "targets_issue23": ISSUE23,
+        "step_bounds": STEP_BOUNDS,
         "peers_missing": missing,
         "sizes": [],
     }
@@ -1056,12 +1056,13 @@ def variants_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-TARGETS = {"cpprb": 1.0, "TorchRL": 10.0}  # prisample faster by at least this (issue 11)
+TARGETS = {"cpprb": 1.0, "TorchRL": 10.0}  # prisample faster by at least this
 VARIANT_LIMIT = 1.3  # n = 3 and extras: at most this many times the base step
 
 
 def targets(results: dict[str, Any]) -> str:
-    """One row per target of issue 11, met or missed, from the per-pass median ratios."""
+    """One row per target (:data:`TARGETS`, :data:`VARIANT_LIMIT`, and the step's bounds in runs
+    that measured them), met or missed, from the per-pass median ratios."""
     lines = ["| N | against | target | measured | met |", "|---|---|---|---|---|"]
     for block in results["sizes"]:
         n = _n(block["n"])
@@ -1077,7 +1078,7 @@ def targets(results: dict[str, Any]) -> str:
                 ratio = r["ratio_to_prisample"]["median"]
                 met = "yes" if ratio <= VARIANT_LIMIT else "**no**"
                 lines.append(f"| {n} | {name} | ≤ {VARIANT_LIMIT:g}× the base step | {ratio:.2f}× | {met} |")
-        for key, t in block.get("targets", {}).items():  # issue 23's, in runs that have them
+        for key, t in block.get("targets", {}).items():  # the step's bounds, in runs that have them
             against, bound, shown = {
                 "step_over_copy_floor": (
                     "copy floor",
@@ -1086,7 +1087,7 @@ def targets(results: dict[str, Any]) -> str:
                 ),
                 "cpprb_over_prisample": (
                     "cpprb",
-                    f"prisample ≥ {t['bound']:g}× faster (issue 23)",
+                    f"prisample ≥ {t['bound']:g}× faster",
                     f"{t['measured']:.2f}×",
                 ),
                 "vector_add_us_per_transition": (

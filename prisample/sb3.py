@@ -229,7 +229,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             next_obs = self.observations[(rows + 1) % self.buffer_size, env_indices]
         else:
             next_obs = self.next_observations[rows, env_indices]
-        # Timeouts are not terminations (SB3 issue #284); all zero without handle_timeout_termination.
+        # Timeouts are not terminations (DLR-RM/stable-baselines3#284); 0 without handle_timeout_termination.
         dones = self.dones[rows, env_indices] * (1 - self.timeouts[rows, env_indices])
         data = (
             self._normalize_obs(self.observations[rows, env_indices], env),

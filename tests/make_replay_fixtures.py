@@ -1,11 +1,12 @@
-"""Replay checkpoints and draws as the code before issue 23 (``prisample.replay`` redesigned) wrote them.
+"""Replay checkpoints and draws as the code before ``prisample.replay``'s redesign wrote them.
 
-Issue 23 requires that checkpoints written by the current version load and continue bit for bit,
-and that draws stay identical for the same seed.  This module freezes both, per configuration in
-:data:`CASES` (together they cover the storage modes and write paths: stacked uint8 frames with
-several streams and episode ends, flat observations with an inferred dtype, dict observations,
-n-step windows, extras, the rank backend, prioritized eviction, a frame pool that runs short, and
-the three writes ``add``, ``add_many`` and ``add_vector_step``; every memory wraps around):
+The redesign (storage as strategies, one write path) requires that checkpoints written by the
+current version load and continue bit for bit, and that draws stay identical for the same seed.
+This module freezes both, per configuration in :data:`CASES` (together they cover the storage modes
+and write paths: stacked uint8 frames with several streams and episode ends, flat observations with
+an inferred dtype, dict observations, n-step windows, extras, the rank backend, prioritized
+eviction, a frame pool that runs short, and the three writes ``add``, ``add_many`` and
+``add_vector_step``; every memory wraps around):
 
 * :func:`script` gives the operations: writes, ``sample`` and ``update_priorities`` calls (some
   lagging behind later draws and writes, with and without ``generations=``), and the point at

@@ -1,4 +1,5 @@
-"""Sampler checkpoints as the code before issue 15 wrote them, and the draws that followed them.
+"""Sampler checkpoints as the code wrote them before the correction factors left the sampler, and
+the draws that followed them.
 
 ``tests/data/sampler_states_v3.npz`` was written by ``python tests/sampler_states.py`` at commit
 ``ee0da2f``, when the correction factors still lived in ``PrioritizedSampler`` (state version 3,

@@ -1,5 +1,6 @@
-"""The switches of the Ape-X ablation (issue 25) and the study that runs them: each switch changes
-what it claims (no learning runs: an actor steps a few CartPole steps against a stand-in memory)."""
+"""The switches of the Ape-X ablation (why Ape-X learns worse than one process) and the study that
+runs them: each switch changes what it claims (no learning runs: an actor steps a few CartPole
+steps against a stand-in memory)."""
 
 from __future__ import annotations
 

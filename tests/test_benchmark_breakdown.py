@@ -1,6 +1,6 @@
 """benchmarks/breakdown.py times the phases of one DQN step: draw, weights, priority write.
 
-The bug this guards (issue 15): once the sampler delegated to ``prisample/backends.py`` its view
+The bug this guards: once the sampler delegated to ``prisample/backends.py`` its view
 of the phases called ``_weights`` with the old arguments, and a ``try`` turned the ``TypeError``
 into ``{}``, so every ``components`` of benchmarks/results.json came out empty.  Nothing here is a
 timing: one round of a few calls per case on a small sampler, checked for what it holds.

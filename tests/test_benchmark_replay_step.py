@@ -53,9 +53,9 @@ def test_quick_run_writes_the_json(tmp_path: Path) -> None:
     assert "| 2^8 | prisample |" in replay_step.libraries_table(results)
     rows = replay_step.targets(results).splitlines()[2:]
     assert all(row.startswith("| 2^8 |") for row in rows)
-    # issue 23: the copy floor, prisample's phases against it, the 16-env add, the bounds met or not
+    # the copy floor, prisample's phases against it, the 16-env add, the bounds met or not
     assert len(results["loadavg_start"]) == 3 and len(block["loadavg_end"]) == 3
-    assert results["torch_threads"] == 1 and results["targets_issue23"] == replay_step.ISSUE23
+    assert results["torch_threads"] == 1 and results["step_bounds"] == replay_step.STEP_BOUNDS
     floor = block["copy_floor"]
     assert floor["us"] > 0 and floor["frames_per_batch"] == 160 and floor["batch_shape"] == [32, 5, 84, 84]
     for entry in block["libraries"].values():
@@ -71,7 +71,7 @@ def test_quick_run_writes_the_json(tmp_path: Path) -> None:
         {"cpprb_over_prisample"} if "cpprb" in found else set()
     )
     for key, t in block["targets"].items():
-        assert t["bound"] == replay_step.ISSUE23[key] and isinstance(t["met"], bool)
+        assert t["bound"] == replay_step.STEP_BOUNDS[key] and isinstance(t["met"], bool)
     assert "| 2^8 | copy floor (160 frames, one take) |" in replay_step.libraries_table(results)
     assert "| 2^8 | add_many, 16 envs | ≤ 10 µs per transition |" in replay_step.targets(results)
 

@@ -5,8 +5,8 @@ The page is ``report.render(benchmarks/results.json)`` (what ``python -m benchma
 ``benchmarks/sections/`` in ``report.PAGE`` order, each ``{{ name }}`` line replaced by what
 ``report.TABLES[name]`` renders from its JSON.  Nothing here times anything but the smoke run of
 ``benchmarks.atari_loop``.  The bugs these guard: a Pong loop table in docs/benchmarks.md that no
-JSON backed and that no command reproduced (issue 10), and a report that wrote its own prose, with
-branches for a re-sorted heap the rank backend no longer has (issue 15).
+JSON backed and that no command reproduced, and a report that wrote its own prose, with
+branches for a re-sorted heap the rank backend no longer has.
 """
 
 from __future__ import annotations
@@ -239,9 +239,9 @@ def test_replay_step_tables_pass_the_numbers_check(tmp_path: Path) -> None:
     assert "| 2^18 | cpprb | prisample ≥ 1× faster | 2.95× | yes |" in targets
     assert "| 2^18 | n_step=3 | ≤ 1.3× the base step | 1.04× | yes |" in targets
     assert "copy floor" not in report.TABLES["replay_step.libraries"].markdown(results)  # older runs
-    assert "issue 23" not in targets
+    assert "prisample ≥ 3× faster" not in targets  # no step bounds in runs without the copy floor
 
-    # issue 23's copy floor, phases, 16-env add and bounds: a second table and more target rows
+    # the copy floor, phases, 16-env add and the step's bounds: a second table and more target rows
     block = results["sizes"][0]
     results["workload"] = {"envs": 4, "batch": 32}  # the labels' numbers
     lib["ratio_to_copy_floor"] = {"median": 1.62, "per_pass": [1.6, 1.62, 1.7]}
@@ -274,5 +274,5 @@ def test_replay_step_tables_pass_the_numbers_check(tmp_path: Path) -> None:
         assert row in libraries, row
     targets = report.TABLES["replay_step.targets"].markdown(results)
     assert "| 2^18 | copy floor | prisample step ≤ 1.5× the floor | 1.62× | **no** |" in targets
-    assert "| 2^18 | cpprb | prisample ≥ 3× faster (issue 23) | 2.95× | **no** |" in targets
+    assert "| 2^18 | cpprb | prisample ≥ 3× faster | 2.95× | **no** |" in targets
     assert "| 2^18 | add_many, 16 envs | ≤ 10 µs per transition | 13.2 µs | **no** |" in targets

@@ -1,4 +1,4 @@
-"""Issue 15: correction factors as their own piece (prisample/methods/offpolicy_corrections.py) over
+"""Correction factors as their own piece (prisample/methods/offpolicy_corrections.py) over
 the core sampler.
 
 Checkpoints written before the split load into today's classes and continue bit for bit; the

@@ -1,4 +1,4 @@
-"""The device replay step on a real GPU (issue 24): no host synchronisation under
+"""The device replay step on a real GPU: no host synchronisation under
 ``torch.cuda.set_sync_debug_mode("error")``, and the same priorities as the same step on CPU
 tensors.  Runs where CUDA is present (``bash benchmarks/gpu_session.sh device``)."""
 

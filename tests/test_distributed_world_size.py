@@ -1,4 +1,4 @@
-"""DistributedPrioritizedSampler under a world size that changes or is misdeclared (issue 25).
+"""DistributedPrioritizedSampler under a world size that changes or is misdeclared.
 
 A checkpoint saved by ``R`` ranks resumes under ``R'``: the resumed run trains on the global
 indices the old world had drawn (its per-rank batches in update order), then draws the epoch's

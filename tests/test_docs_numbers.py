@@ -352,7 +352,7 @@ def test_every_table_with_numbers_is_marked_or_exempt() -> None:
       measurements, each with its reason, and the measurements that have no JSON yet ("debt").
 
     Checking every table would be too broad (an argument's range is not a result) and checking none
-    let a stale Pong table stand (issue 10): a new table of numbers fails here until it is marked or
+    let a stale Pong table stand (one no JSON backed): a new table of numbers fails here until it is marked or
     listed with its reason.
     """
     found = unexplained_tables()

@@ -1,4 +1,4 @@
-"""Issue 22, messages 5-7: errors that name their fix, the DataLoader prefetch lag warned about, the
+"""Messages a newcomer meets: errors that name their fix, the DataLoader prefetch lag warned about, the
 README's replay snippet runnable without a GPU, and replay updates of never-filled slots refused."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Draws of the rank sampler, bit for bit, against a sequence recorded before ``SortedOrder``'s
-layout changed (issue 15).
+layout changed.
 
 ``SortedOrder`` keeps the order exact and total (ties by write stamp), so which slot sits at each
 rank is a function of the priorities and stamps alone, never of how the blocks are laid out.

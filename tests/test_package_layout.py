@@ -1,4 +1,4 @@
-"""The package root shows its layers (issue 22): every public module declares ``__all__`` of public
+"""The package root shows its layers: every public module declares ``__all__`` of public
 names, ``prisample.methods`` re-exports each of its modules, the moved modules are gone from the
 root, and backends are found by the registry and told apart by their capability attributes."""
 

@@ -1,4 +1,4 @@
-"""The reference profiles of the Double DQN recipe's prioritized arms (issue 21).
+"""The reference profiles of the Double DQN recipe's prioritized arms.
 
 * "paper" (``proportional``, ``rank``): DQN Zoo's prioritized agent, the authors' release: η/4 paired
   with the optimiser's ε so that an ε-dominated step is the baseline's, unclipped |δ|, weights
@@ -65,7 +65,7 @@ def _step(env: str, arm: str, gradient: float) -> float:
 def test_paired_eps_keeps_eps_dominated_steps_and_quarters_gradient_dominated_ones(env: str) -> None:
     """What the pairing means (the reason the release pairs them): where ε dominates the denominator
     the prioritized arm's step is the baseline's; where the gradient dominates it is a quarter.
-    Without the pairing (the recipe before issue 21) the ε-dominated step is a quarter too."""
+    Without the pairing (the recipe before its profiles) the ε-dominated step is a quarter too."""
     tiny, large = 1e-7, 10.0
     assert _step(env, "proportional", tiny) / _step(env, "uniform", tiny) == pytest.approx(1.0, rel=0.02)
     assert _step(env, "proportional", large) / _step(env, "uniform", large) == pytest.approx(0.25, rel=0.02)

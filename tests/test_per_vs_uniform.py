@@ -1,4 +1,4 @@
-"""The registered PER-vs-uniform comparison (issue 21): its metrics, its protocol, its runs, its report,
+"""The registered PER-vs-uniform comparison: its metrics, its protocol, its runs, its report,
 and the sweep table that shows each arm's own hyper-parameters."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every recipe says what it can do and every option what it does (issue 22, "Commands").
+"""Every recipe says what it can do and every option what it does.
 
 For each recipe of ``python -m recipes``: with no arguments it lists each of its commands with the
 command's summary and starts nothing; for each command, ``<command> --help`` exits 0, starts

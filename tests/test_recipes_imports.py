@@ -99,7 +99,7 @@ def test_the_recipes_have_no_import_cycle() -> None:
 
 
 def test_every_module_lives_in_a_recipe_folder_and_none_is_long() -> None:
-    """Issue 22: no module in ``recipes/`` outside a recipe folder or ``common/`` (the package's own
+    """No module in ``recipes/`` outside a recipe folder or ``common/`` (the package's own
     ``__init__`` and ``__main__`` aside), and no recipe file over 450 lines."""
     loose = sorted(p.name for p in RECIPES.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
     assert loose == []

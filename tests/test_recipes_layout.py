@@ -1,4 +1,4 @@
-"""One folder per recipe (issue 22): ``python -m recipes`` lists them, and the flat modules of before
+"""One folder per recipe: ``python -m recipes`` lists them, and the flat modules of before
 name what replaced them instead of starting a run or failing with a bare ``No module named``."""
 
 from __future__ import annotations

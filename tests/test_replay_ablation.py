@@ -98,7 +98,7 @@ def test_lap_loss_is_clip_td_huber_and_priorities_are_unclipped() -> None:
     _, clipped = td_loss(online, target, load_config("CartPole-v1", "proportional", clip_priority=True))(
         batch
     )
-    assert float(clipped.max()) == 1.0  # clip_priority: |clip(δ)|, as before issue 21
+    assert float(clipped.max()) == 1.0  # clip_priority: |clip(δ)|, the recipe's before its profiles
 
 
 def _large_sample(n: int) -> dict[str, np.ndarray]:

@@ -1,4 +1,4 @@
-"""The device replay step as a CUDA graph replays it (issue 24, part 3), checked on CPU tensors.
+"""The device replay step as a CUDA graph replays it, checked on CPU tensors.
 
 A graph replays the kernels it recorded and runs no Python, so the host side of a device draw
 (β at the schedule's step, rows added since the last read, the ring's tail) is staged before

@@ -335,7 +335,7 @@ def test_update_priorities_takes_device_tensors(device: str) -> None:
         replay.add(np.full(2, t), 0, 1.0, 1.0, np.full(2, t + 1))
     batch, draw = replay.sample(4)
     assert batch.weights.device.type == device and batch.weights.dtype == torch.float32
-    # "Importance weights arrive as a tensor on the same device" (issue 11): the draw's too
+    # importance weights arrive as a tensor on the same device: the draw's too
     assert isinstance(draw.weights, torch.Tensor) and draw.weights.device.type == device
     assert isinstance(draw.indices, np.ndarray)
     np.testing.assert_array_equal(host(batch.weights), host(draw.weights))

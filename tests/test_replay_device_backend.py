@@ -1,4 +1,4 @@
-"""A prioritized replay whose priorities live on the device (issue 24, part 2), on CPU tensors:
+"""A prioritized replay whose priorities live on the device, on CPU tensors:
 the same admissions, updates and stale drops as the host replay, and a replay step (add, draw,
 gather, priority write) with no host synchronisation."""
 

@@ -1,4 +1,4 @@
-"""Replay features of issue 11: n-step windows against a naive reference, extras, dict observations,
+"""Replay features: n-step windows against a naive reference, extras, dict observations,
 obs_dtype inference, vector-env adds, and their checkpoints."""
 
 from __future__ import annotations

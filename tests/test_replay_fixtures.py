@@ -1,7 +1,8 @@
-"""Replay checkpoints written before issue 23 load and continue bit for bit; draws are unchanged.
+"""Replay checkpoints written before ``prisample.replay``'s redesign load and continue bit for bit;
+draws are unchanged.
 
 ``tests/data/replay_fixtures/<case>.npz`` was written by ``python -m tests.make_replay_fixtures``
-before ``prisample.replay`` was redesigned (issue 23: the memory's storage as strategies, one
+before ``prisample.replay`` was redesigned (the memory's storage as strategies, one
 write path, eviction as a strategy).  Per configuration (:data:`CASES`) it holds the
 ``state_dict(include_memory=True)`` of a :class:`~prisample.replay.PrioritizedReplay` after part of
 a script of writes, draws and priority updates, and what the replay returned for every operation

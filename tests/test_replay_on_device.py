@@ -1,4 +1,4 @@
-"""Reads of slots drawn on the device (issue 24): ``ReplayMemory.read_on_device`` and
+"""Reads of slots drawn on the device: ``ReplayMemory.read_on_device`` and
 ``live_generations_on_device`` against the host reads, on CPU tensors, and with no host
 synchronisation (the calls that would wait for a device raise inside :func:`no_host_sync`)."""
 

@@ -370,7 +370,7 @@ def test_save_load_round_trip_keeps_priorities_and_draws(tmp_path: Any) -> None:
 # -- defaults, weight collapse and the weight monitor -------------------------------------------------
 
 OLD_DEFAULTS: dict[str, Any] = {"eps": 1e-6, "weight_norm": "memory"}
-"""prisample.sb3's defaults before issue 21, under which the weights collapsed."""
+"""prisample.sb3's defaults before ``eps=0.01, weight_norm="batch"``, under which the weights collapsed."""
 
 
 def test_buffer_defaults_are_eps_001_and_batch_normalisation() -> None:
@@ -422,9 +422,10 @@ def _mean_weight(buffer_kwargs: dict[str, Any], plant_zero: bool) -> tuple[float
 def test_a_zero_td_slot_collapses_the_weights_only_under_the_old_defaults(
     buffer_kwargs: dict[str, Any], plant_zero: bool, collapses: bool
 ) -> None:
-    """Issue 21: with ε = 1e-6 and the memory's maximum, one slot with |δ| ≈ 0 has P(i) ≈ 0 and the
-    largest weight, which divides every other: the mean weight falls below the monitor's threshold
-    (and it warns, once).  With the defaults, or either change alone, it stays above."""
+    """The weights' collapse: with ε = 1e-6 and the memory's maximum, one slot with |δ| ≈ 0 has
+    P(i) ≈ 0 and the largest weight, which divides every other: the mean weight falls below the
+    monitor's threshold (and it warns, once).  With the defaults, or either change alone, it stays
+    above."""
     mean, warned = _mean_weight(buffer_kwargs, plant_zero)
     threshold = WeightMonitor().threshold
     if collapses:

@@ -7,7 +7,7 @@ priorities say: ``P(i)`` and the weights of every filled slot equal the naive re
 its structures equal those of a sampler rebuilt from its state (identical draws), and the β step
 counter equals the number of draws made.  During the run no draw may name an empty slot or one of
 probability 0, and no call may raise.  Without the lock the rank and greedy samplers corrupt their
-order or raise within a few hundred operations (see the report of issue 11).
+order or raise within a few hundred operations.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 10, the sampler's part: loads that are atomic and complete, sums that stay finite, empty
+"""The sampler's trustworthiness: loads that are atomic and complete, sums that stay finite, empty
 inputs, rank ties, and input validation.  Each test's docstring names the bug it guards against."""
 
 from __future__ import annotations

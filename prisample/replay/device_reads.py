@@ -1,4 +1,4 @@
-"""Reads of slots drawn on the device (issue 24): a replay memory's batch gathered from its device
+"""Reads of slots drawn on the device: a replay memory's batch gathered from its device
 mirrors with no host synchronisation.
 
 :class:`DeviceReads` gives :class:`~prisample.replay.memory.ReplayMemory` on a torch device

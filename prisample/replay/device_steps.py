@@ -1,4 +1,4 @@
-"""The steps of a prioritized replay whose priorities live on the device (issue 24).
+"""The steps of a prioritized replay whose priorities live on the device.
 
 :class:`DeviceSteps` gives :class:`~prisample.replay.PrioritizedReplay` with
 ``backend="device_proportional"`` or ``"device_uniform"`` its device side: new transitions

@@ -16,7 +16,7 @@ the committed results)
 the JSON.  This module imports the recipe (``recipes.dqn.agent``); the recipe does not import it.
 The curves, plots and table are built in ``recipes/dqn/sweep_report.py``.
 
-The importance-weight ablation (issue 12) is a sweep with a grid::
+The importance-weight ablation (``docs/results/weight_ablation.md``) is a sweep with a grid::
 
     python -m recipes.dqn sweep --env MinAtar/Breakout-v1 --arms proportional \\
         --grid '{"priority_eps": [1e-6, 1e-3, 1e-2], "weight_norm": ["memory", "batch"]}' ...
