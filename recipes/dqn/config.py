@@ -382,5 +382,7 @@ def parse_train(argv: list[str]) -> DDQNConfig:
 EPILOG = (
     "--env, --protocol and --arm load recipes/dqn/configs/<family>.yaml, protocols/<protocol>.yaml "
     "and arms/<arm>.yaml; other options "
-    "override them. Sweeps, plots and the weight ablation: python -m recipes.dqn --help."
+    "override them. Before it starts, the run is summarised with its estimated time; on a terminal a "
+    "run over an hour asks first (--yes: start without asking). "
+    "Sweeps, plots and the weight ablation: python -m recipes.dqn --help."
 )

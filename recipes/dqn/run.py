@@ -53,6 +53,7 @@ import numpy as np
 
 from prisample.diagnostics import Diagnostics, WeightMonitor
 from prisample.methods.laber import LaBER
+from recipes.common import launch
 from recipes.dqn.agent import (
     LABER_EPS,
     PriorityWrites,
@@ -66,7 +67,7 @@ from recipes.dqn.agent import (
     store,
     sync_target,
 )
-from recipes.dqn.config import DDQNConfig, parse_command, run_dir
+from recipes.dqn.config import DDQNConfig, parse_command, resolve_device, run_dir
 from recipes.dqn.envs import SendRecv, make_env
 from recipes.dqn.loop import (
     Schedules,
@@ -83,6 +84,7 @@ from recipes.dqn.loop import (
 )
 from recipes.dqn.networks import QNetwork, make_optimizer
 from recipes.dqn.parts import Logger, RunResult, StepRate, progress_bar
+from recipes.dqn.plan import run_plan
 from recipes.dqn.update import GraphedForward, HostCopy, as_batch
 
 __all__ = ["main", "train"]
@@ -217,7 +219,12 @@ def train(cfg: DDQNConfig) -> RunResult:
 
 
 def main(argv: list[str]) -> RunResult:
-    """``python -m recipes.dqn train [options]``; ``--help`` lists the options."""
-    result = train(parse_command(argv))
+    """``python -m recipes.dqn train [options]``; ``--help`` lists the options.  Before the run
+    starts, what it will run and its estimated time are printed, and asked about on a terminal when
+    over an hour (:func:`recipes.common.launch.confirm`; ``--yes`` does not ask)."""
+    yes, argv = launch.take_yes(argv)
+    cfg = parse_command(argv)
+    launch.confirm(run_plan(cfg, resolve_device(cfg.device).type), yes)
+    result = train(cfg)
     print(json.dumps({k: v for k, v in asdict(result).items() if k != "config"}, indent=1))
     return result
