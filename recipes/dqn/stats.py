@@ -28,7 +28,6 @@ writes ``<out>.png`` (see :func:`plot`) and ``<out>.md`` (see :func:`table_markd
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -38,7 +37,7 @@ from typing import Any, NamedTuple, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from recipes.common import outputs
+from recipes.common import cli, outputs
 
 FloatArray: TypeAlias = npt.NDArray[np.float64]
 Scores: TypeAlias = Mapping[str, npt.ArrayLike] | npt.ArrayLike
@@ -402,7 +401,7 @@ def table_markdown(
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``--json SWEEP --out PREFIX``: write ``PREFIX.png`` and ``PREFIX.md``."""
-    parser = argparse.ArgumentParser(
+    parser = cli.PlainHelpParser(
         prog="python -m recipes.dqn stats", description=__doc__.splitlines()[0] if __doc__ else None
     )
     parser.add_argument(

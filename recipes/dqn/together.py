@@ -31,7 +31,6 @@ Command (one process per game; ``python -m recipes.dqn atari-sweep`` runs severa
 
 from __future__ import annotations
 
-import argparse
 import copy
 import math
 import sys
@@ -335,9 +334,7 @@ def agent_configs(
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """``python -m recipes.dqn together [options]``: train the agents, write ``--out``; ``--help``
     lists the options."""
-    parser = argparse.ArgumentParser(
-        prog="python -m recipes.dqn together", description=__doc__.split("\n")[0]
-    )
+    parser = cli.PlainHelpParser(prog="python -m recipes.dqn together", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--env",
         default="ALE/Pong-v5",
