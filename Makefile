@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Each stage's wall time and the load average around it go to $(DEMO_TIMING) (recipes/demo/timing.py,
-# standard library only: it times the install too); docs/results/demo_timing.json is one such file.
+# standard library only: it times the install too); the docs cite a copy made on an idle machine.
 # The data stage may install Debian's dataset-fashion-mnist package (recipes/imbalanced_mnist/ensure_data.sh
 # says so first; PRISAMPLE_NO_APT=1 prevents it).
 DEMO_TIMING ?= runs/demo_timing.json

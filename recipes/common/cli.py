@@ -340,16 +340,23 @@ class Command:
     ``target`` is ``"module:function"``, imported only when the command runs (listing commands
     imports no extra); the function takes the options after the command's name, or the whole
     line from the name on when ``takes_name`` (a function that parses several commands itself).
+    ``parser``, when given, is the ``"module:function"`` that only parses the options (it takes
+    what ``target`` takes): ``--help`` calls it instead of ``target``, so that the help imports the
+    command's config and not the modules of its run (torch, Gymnasium).
     """
 
     name: str
     summary: str
     target: str
     takes_name: bool = False
+    parser: str | None = None
 
     def run(self, options: Sequence[str]) -> Any:
-        """Import the target and call it with the command line it expects."""
-        module_name, _, function = self.target.partition(":")
+        """Import the target (the parser, for ``-h``/``--help``) and call it with the command line
+        it expects."""
+        asks_help = any(o in ("-h", "--help") for o in options)
+        target = self.parser if self.parser is not None and asks_help else self.target
+        module_name, _, function = target.partition(":")
         function_ = getattr(importlib.import_module(module_name), function)
         return function_([self.name, *options] if self.takes_name else list(options))
 

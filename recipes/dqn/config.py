@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 import yaml
 
 from recipes.common import cli
-from recipes.dqn.envs import EnvBackend, check_env, env_family
+from recipes.dqn.env_ids import EnvBackend, check_env, env_family
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 ARMS: tuple[str, ...] = (
@@ -338,12 +337,6 @@ def load_config(
     values.update(env=env, protocol=protocol, **overrides)
     values["hidden"] = tuple(values["hidden"])
     return DDQNConfig(**values)
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 # -- the command line of ``python -m recipes.dqn train`` ---------------------------------------

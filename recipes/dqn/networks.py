@@ -161,3 +161,11 @@ def make_optimizer(config: DDQNConfig, params: Any, capturable: bool = False) ->
             params, lr=lr, alpha=config.rmsprop_decay, eps=eps, centered=True, capturable=capturable
         )
     return torch.optim.Adam(params, lr=lr, eps=eps, capturable=capturable)
+
+
+def resolve_device(device: str) -> torch.device:
+    """``torch.device(device)``; ``"auto"``: CUDA when available, else the CPU.  (Here, not in
+    :mod:`recipes.dqn.config`, which the command line's ``--help`` reads without importing torch.)"""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)

@@ -67,7 +67,7 @@ from recipes.dqn.agent import (
     store,
     sync_target,
 )
-from recipes.dqn.config import DDQNConfig, parse_command, resolve_device, run_dir
+from recipes.dqn.config import DDQNConfig, parse_command, run_dir
 from recipes.dqn.envs import SendRecv, make_env
 from recipes.dqn.loop import (
     Schedules,
@@ -82,7 +82,7 @@ from recipes.dqn.loop import (
     start_run,
     stopping,
 )
-from recipes.dqn.networks import QNetwork, make_optimizer
+from recipes.dqn.networks import QNetwork, make_optimizer, resolve_device
 from recipes.dqn.parts import Logger, RunResult, StepRate, progress_bar
 from recipes.dqn.plan import run_plan
 from recipes.dqn.update import GraphedForward, HostCopy, as_batch

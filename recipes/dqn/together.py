@@ -45,10 +45,10 @@ from tqdm import tqdm
 
 from recipes.common import cli, outputs
 from recipes.dqn.agent import PriorityWrites, draw, make_learner, make_replay, observe, store, sync_target
-from recipes.dqn.config import ARMS, DDQNConfig, load_config, resolve_device
+from recipes.dqn.config import ARMS, DDQNConfig, load_config
 from recipes.dqn.envs import SendRecv, lives, make_env, reset_with_seeds
 from recipes.dqn.loop import Schedules
-from recipes.dqn.networks import DQNRMSprop, QNetwork, optimizer_settings
+from recipes.dqn.networks import DQNRMSprop, QNetwork, optimizer_settings, resolve_device
 from recipes.dqn.parts import Timer
 from recipes.dqn.stacked import StackedQNetwork
 from recipes.dqn.update import Batch, GraphedForward, HostCopy
