@@ -18,11 +18,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[all]'
 	touch $(STAMP)
 
-demo: $(STAMP)
-	$(BIN)/python -m recipes.demo tour
-	$(BIN)/python -m recipes.cliffwalk run
-	sh recipes/imbalanced_mnist/ensure_data.sh $(BIN)/python
-	$(BIN)/python -m recipes.imbalanced_mnist compare
+# Each stage's wall time and the load average around it go to $(DEMO_TIMING) (recipes/demo/timing.py,
+# standard library only: it times the install too); the docs cite a copy made on an idle machine.
+# The data stage may install Debian's dataset-fashion-mnist package (recipes/imbalanced_mnist/ensure_data.sh
+# says so first; PRISAMPLE_NO_APT=1 prevents it).
+DEMO_TIMING ?= runs/demo_timing.json
+TIMED := $(PYTHON) recipes/demo/timing.py --out $(DEMO_TIMING)
+
+demo:
+	$(TIMED) --fresh install -- $(MAKE) --no-print-directory $(STAMP)
+	$(TIMED) tour -- $(BIN)/python -m recipes.demo tour
+	$(TIMED) cliffwalk -- $(BIN)/python -m recipes.cliffwalk run
+	$(TIMED) data -- sh recipes/imbalanced_mnist/ensure_data.sh $(BIN)/python
+	$(TIMED) imbalanced_mnist -- $(BIN)/python -m recipes.imbalanced_mnist compare
 
 lint: $(STAMP)
 	$(BIN)/ruff check prisample tests benchmarks recipes docs/_ext conftest.py

@@ -39,6 +39,8 @@ LIGHTNING_OWN = ("--config", "--seed_everything", "--print_config", "--model", "
 """The options of a LightningCLI command that are this project's (the rest are Lightning's)."""
 SUFFIX = re.compile(r"\((?:required, )?(?:type|default):")
 """Where jsonargparse's ``(type: …, default: …)`` (or argparse's ``(default: …)``) suffix starts."""
+REST = re.compile(r"``[^`]+``|:[a-z]+:`[^`]+`")
+"""reST in a help text: a literal or a Sphinx role, which a terminal shows as they are written."""
 NESTED = re.compile(r"^usage: .*? \{([\w,-]+)\} \[options\]$")
 """The usage line of a command that has commands of its own (``studies per-vs-uniform``)."""
 
@@ -104,6 +106,8 @@ def assert_described(recipe: str, words: tuple[str, ...], capsys: pytest.Capture
     code, shown = run_recipe(recipe, *words, "--help", capsys=capsys)
     line = " ".join(words)
     assert code == 0, f"{line} --help exited {code}"
+    markup = sorted(set(REST.findall(shown)))
+    assert markup == [], f"{line} --help shows reST markup (cli.plain): {markup}"
     assert list(Path.cwd().iterdir()) == [], f"{line} --help started something"
     nested = NESTED.match(shown.splitlines()[0]) if shown else None
     if nested:
@@ -172,3 +176,23 @@ options:
         "--c": "",
         "--d": "Steps",
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("Gymnasium id: ``ALE/<Game>-v5`` (Atari)", "Gymnasium id: ALE/<Game>-v5 (Atari)"),
+        (
+            "False: only η (:func:`recipes.dqn.networks.optimizer_settings`).",
+            "False: only η (recipes.dqn.networks.optimizer_settings).",
+        ),
+        (":class:`~prisample.PrioritizedSampler` and :meth:`add`", "PrioritizedSampler and add"),
+        (":paramref:`~lightning.pytorch.trainer.trainer.Trainer.logger`", "logger"),
+        (":mod:`Replay <prisample.replay>`", "Replay"),
+        ("no markup: a `single` backtick, 2 * 3", "no markup: a `single` backtick, 2 * 3"),
+    ],
+)
+def test_plain_takes_the_rest_markup_out_of_a_help_text(text: str, shown: str) -> None:
+    from recipes.common.cli import plain
+
+    assert plain(text) == shown

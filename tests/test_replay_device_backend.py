@@ -276,7 +276,7 @@ def test_a_draws_tensors_take_the_device_path_whatever_the_devices_spelling(
 
 def test_devices_are_named_as_their_tensors_report_them(monkeypatch: pytest.MonkeyPatch) -> None:
     from prisample.replay.device import as_device, concrete_device
-    from recipes.dqn.config import resolve_device
+    from recipes.dqn.networks import resolve_device
 
     for name in ("cpu", "cpu:0", torch.device("cpu", 0)):
         assert concrete_device(name) == torch.empty(0, device=name).device == torch.device("cpu")

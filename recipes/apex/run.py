@@ -94,10 +94,10 @@ from recipes.apex.nstep import FIELDS, NStepBuilder
 from recipes.apex.record import RunRecord, wire_nbytes
 from recipes.common import cli, outputs
 from recipes.dqn.agent import act, double_dqn_td_error, make_learner, transition_targets
-from recipes.dqn.config import DDQNConfig, resolve_device
+from recipes.dqn.config import DDQNConfig
 from recipes.dqn.envs import EnvSpec, lives, make_env, seed_envs
 from recipes.dqn.loop import Schedules
-from recipes.dqn.networks import QNetwork, make_optimizer
+from recipes.dqn.networks import QNetwork, make_optimizer, resolve_device
 from recipes.dqn.parts import MetricWindow, Timer
 from recipes.dqn.update import as_batch
 

@@ -184,6 +184,45 @@ def parse(cls: type[T], argv: Sequence[str] | None = None, *, prog: str, epilog:
         )
 
 
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`(?P<tilde>~?)(?P<text>[^`<]*?)\s*(?:<(?P<target>[^`>]+)>)?`")
+_LITERAL = re.compile(r"``(?P<text>[^`]+?)``")
+
+
+def plain(text: str) -> str:
+    """``text`` with the reST markup of docstrings made plain for a terminal: a role ``:func:`a.b```
+    → ``a.b``, ``:class:`~a.B``` → ``B`` (the last part, as Sphinx shows it), ``:mod:`title <a.b>```
+    → ``title``; a literal ````x```` → ``x``.  (The docs site renders the same markup as links and
+    code: ``docs/_ext/rest_markup.py``.)"""
+
+    def role(m: re.Match[str]) -> str:
+        shown = m["text"] or m["target"] or ""
+        return shown.rsplit(".", 1)[-1] if m["tilde"] else shown
+
+    return _LITERAL.sub(r"\g<text>", _ROLE.sub(role, text))
+
+
+class PlainHelp:
+    """A mixin for an ``argparse.ArgumentParser`` (jsonargparse's and LightningCLI's too) whose help
+    shows the options' docstrings without their reST (:func:`plain`), before the text is wrapped."""
+
+    def format_help(self, *args: Any, **kwargs: Any) -> str:
+        parser: Any = self
+        for action in parser._actions:
+            if isinstance(action.help, str):
+                action.help = plain(action.help)
+        for group in parser._action_groups:
+            if group.description:
+                group.description = plain(group.description)
+        for name in ("description", "epilog"):
+            if getattr(parser, name, None):
+                setattr(parser, name, plain(getattr(parser, name)))
+        return plain(super().format_help(*args, **kwargs))  # type: ignore[misc]
+
+
+class PlainHelpParser(PlainHelp, argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` with :class:`PlainHelp`."""
+
+
 def description(obj: object) -> str | None:
     """The first paragraph of the docstring of ``obj`` (a class or a function) on one line: what
     ``--help`` shows above the options.
@@ -195,8 +234,7 @@ def description(obj: object) -> str | None:
     if not doc or (isinstance(obj, type) and is_dataclass(obj) and doc.startswith(f"{obj.__name__}(")):
         return None
     first = inspect.cleandoc(doc).split("\n\n", 1)[0]
-    first = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", first)  # Sphinx roles: :func:`load_config` → load_config
-    return " ".join(line.strip() for line in first.splitlines())
+    return plain(" ".join(line.strip() for line in first.splitlines()))
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -217,7 +255,7 @@ def field_docs(cls: type) -> dict[str, str]:
                 and isinstance(after.value, ast.Constant)
                 and isinstance(after.value.value, str)
             ):
-                docs[node.target.id] = " ".join(inspect.cleandoc(after.value.value).split())
+                docs[node.target.id] = plain(" ".join(inspect.cleandoc(after.value.value).split()))
     return docs
 
 
@@ -239,7 +277,7 @@ def _one_line_parser() -> type[Any]:
     """jsonargparse's parser, its errors (an unknown option, a value of the wrong type) on one line."""
     from jsonargparse import ArgumentParser
 
-    class OneLineErrors(ArgumentParser):
+    class OneLineErrors(PlainHelp, ArgumentParser):  # the fields' docstrings hold reST
         def error(self, message: str, ex: Exception | None = None) -> typing.NoReturn:
             if not self.exit_on_error:
                 super().error(message, ex)
@@ -271,7 +309,7 @@ def subcommand(
             width = max(map(len, commands))
             lines += ["", "commands:", *(f"  {c:<{width}}  {summary}" for c, summary in commands.items())]
             lines += ["", f"'{prog} <command> --help' lists a command's options."]
-        print("\n".join(lines) + (f"\n{epilog}" if epilog else ""))
+        print(plain("\n".join(lines) + (f"\n{epilog}" if epilog else "")))
         raise SystemExit(0)
     got = args[0] if args else "nothing"
     print(f"error: the command should be one of {', '.join(commands)}, but got {got}", file=sys.stderr)
@@ -302,16 +340,23 @@ class Command:
     ``target`` is ``"module:function"``, imported only when the command runs (listing commands
     imports no extra); the function takes the options after the command's name, or the whole
     line from the name on when ``takes_name`` (a function that parses several commands itself).
+    ``parser``, when given, is the ``"module:function"`` that only parses the options (it takes
+    what ``target`` takes): ``--help`` calls it instead of ``target``, so that the help imports the
+    command's config and not the modules of its run (torch, Gymnasium).
     """
 
     name: str
     summary: str
     target: str
     takes_name: bool = False
+    parser: str | None = None
 
     def run(self, options: Sequence[str]) -> Any:
-        """Import the target and call it with the command line it expects."""
-        module_name, _, function = self.target.partition(":")
+        """Import the target (the parser, for ``-h``/``--help``) and call it with the command line
+        it expects."""
+        asks_help = any(o in ("-h", "--help") for o in options)
+        target = self.parser if self.parser is not None and asks_help else self.target
+        module_name, _, function = target.partition(":")
         function_ = getattr(importlib.import_module(module_name), function)
         return function_([self.name, *options] if self.takes_name else list(options))
 
@@ -322,7 +367,7 @@ def usage(prog: str, description: str, commands: Sequence[Command]) -> str:
     lines = [f"usage: {prog} {{{','.join(c.name for c in commands)}}} [options]", "", description, ""]
     lines += ["commands:", *(f"  {c.name:<{width}}  {c.summary}" for c in commands), ""]
     lines.append(f"'{prog} <command> --help' lists a command's options; no command runs without one.")
-    return "\n".join(lines)
+    return plain("\n".join(lines))
 
 
 def dispatch(

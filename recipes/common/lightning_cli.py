@@ -19,9 +19,9 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
-from recipes.common.cli import description
+from recipes.common.cli import PlainHelp, description
 
 
 def derived_seed(purpose: str) -> int:
@@ -69,6 +69,10 @@ def unattended_logging() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+class PlainHelpLightningParser(PlainHelp, LightningArgumentParser):
+    """LightningCLI's parser, its help without the docstrings' reST (``:class:`…```, ````…````)."""
+
+
 def lightning_cli(
     model_class: type[pl.LightningModule],
     datamodule_class: type[pl.LightningDataModule],
@@ -95,6 +99,7 @@ def lightning_cli(
         trainer_defaults=trainer_defaults,
         save_config_callback=SaveConfigWithLogger,
         save_config_kwargs={"overwrite": True},
+        parser_class=PlainHelpLightningParser,
         parser_kwargs={
             **({} if prog is None else {"prog": prog}),
             # each command's description whole, not its docstring's first line (cut mid-sentence)

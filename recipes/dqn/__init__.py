@@ -17,6 +17,7 @@ COMMANDS = (
         "train",
         "one agent of one arm on one environment (Atari, MinAtar or classic control)",
         "recipes.dqn.run:main",
+        parser="recipes.dqn.config:parse_command",
     ),
     Command(
         "together",

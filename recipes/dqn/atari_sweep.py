@@ -19,7 +19,6 @@ learning_starts=100 --set memory_size=1000 --set eval_steps=50``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from recipes.common import outputs
+from recipes.common import cli, outputs
 from recipes.dqn.config import CONFIG_DIR
 from recipes.dqn.envs import atari_rom, check_env
 
@@ -113,9 +112,7 @@ def merge(games: list[str], game_jsons: list[Path], protocol: str, walls: dict[s
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """``python -m recipes.dqn atari-sweep [options]``: run the games, write ``--out`` and the
     aggregates; ``--help`` lists the options."""
-    parser = argparse.ArgumentParser(
-        prog="python -m recipes.dqn atari-sweep", description=__doc__.split("\n")[0]
-    )
+    parser = cli.PlainHelpParser(prog="python -m recipes.dqn atari-sweep", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--games",
         default="ALE/Pong-v5,ALE/Breakout-v5,ALE/Boxing-v5",

@@ -12,12 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 import yaml
 
-from prisample.replay.device import concrete_device
 from recipes.common import cli
-from recipes.dqn.envs import EnvBackend, check_env, env_family
+from recipes.dqn.env_ids import EnvBackend, check_env, env_family
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 ARMS: tuple[str, ...] = (
@@ -341,15 +339,6 @@ def load_config(
     return DDQNConfig(**values)
 
 
-def resolve_device(device: str) -> torch.device:
-    """``--device`` as the device its tensors report (``"auto"``: CUDA when available): ``"cuda"``
-    becomes ``cuda:<current index>`` and ``"cpu:0"`` ``cpu``, so that a tensor's ``.device``
-    compares equal to it."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return concrete_device(device)
-
-
 # -- the command line of ``python -m recipes.dqn train`` ---------------------------------------
 
 
@@ -386,5 +375,7 @@ def parse_train(argv: list[str]) -> DDQNConfig:
 EPILOG = (
     "--env, --protocol and --arm load recipes/dqn/configs/<family>.yaml, protocols/<protocol>.yaml "
     "and arms/<arm>.yaml; other options "
-    "override them. Sweeps, plots and the weight ablation: python -m recipes.dqn --help."
+    "override them. Before it starts, the run is summarised with its estimated time; on a terminal a "
+    "run over an hour asks first (--yes: start without asking). "
+    "Sweeps, plots and the weight ablation: python -m recipes.dqn --help."
 )

@@ -18,75 +18,33 @@ from __future__ import annotations
 
 import csv
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import numpy.typing as npt
 import torch
 
-from recipes.common import cli
+from recipes.dqn.env_ids import (  # their home before recipes/dqn/env_ids.py, still importable from here
+    EnvBackend as EnvBackend,
+)
+from recipes.dqn.env_ids import (
+    Family as Family,
+)
+from recipes.dqn.env_ids import (
+    atari_rom as atari_rom,
+)
+from recipes.dqn.env_ids import (
+    check_env as check_env,
+)
+from recipes.dqn.env_ids import (
+    env_family as env_family,
+)
 
-Family = Literal["atari", "minatar", "classic"]
-EnvBackend = Literal["auto", "vector", "gymnasium"]
 SCORES_CSV = Path(__file__).with_name("data") / "atari_scores.csv"
-
-
-def env_family(env_id: str) -> Family:
-    """``"atari"`` for ``ALE/...`` ids, ``"minatar"`` for ``MinAtar/...``, else ``"classic"``."""
-    if env_id.startswith("ALE/"):
-        return "atari"
-    if env_id.startswith("MinAtar/"):
-        return "minatar"
-    return "classic"
-
-
-def check_env(env_id: str) -> None:
-    """Raise :class:`~recipes.common.cli.ConfigError` (option ``env``) unless the recipe can make ``env_id``
-    and its actions are discrete (DQN picks ``argmax_a Q(s, a)``).  Atari ids are checked for form
-    only: making one loads its ROM."""
-    family = env_family(env_id)
-    if family == "atari":
-        cli.require(
-            re.fullmatch(r"ALE/[A-Za-z0-9]+-v\d+", env_id) is not None,
-            "env",
-            "look like 'ALE/Pong-v5'",
-            env_id,
-        )
-        return
-    if family == "minatar":
-        from minatar.gym import register_envs
-
-        if env_id not in gym.registry:
-            register_envs()
-    cli.require(
-        env_id in gym.registry,
-        "env",
-        "be a Gymnasium id such as CartPole-v1, MinAtar/Breakout-v1 or ALE/Pong-v5",
-        env_id,
-    )
-    if family == "classic":
-        env = gym.make(env_id)
-        space = env.action_space
-        env.close()
-        cli.require(
-            isinstance(space, gym.spaces.Discrete),
-            "env",
-            "have discrete actions (DQN takes argmax_a Q)",
-            f"{env_id}, whose actions are {space}",
-        )
-
-
-def atari_rom(env_id: str) -> str:
-    """ale-py ROM id of an ``ALE/<Game>-v5`` id: ``ALE/SpaceInvaders-v5`` → ``space_invaders``."""
-    match = re.fullmatch(r"ALE/([A-Za-z0-9]+)-v\d+", env_id)
-    if match is None:
-        raise ValueError(f"env should look like 'ALE/Pong-v5', but got env={env_id!r}")
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", match.group(1)).lower()
 
 
 @dataclass(frozen=True)

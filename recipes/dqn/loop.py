@@ -17,8 +17,9 @@ import torch
 
 from prisample import LinearSchedule
 from recipes.common import outputs
-from recipes.dqn.config import DDQNConfig, resolve_device, run_dir
+from recipes.dqn.config import DDQNConfig, run_dir
 from recipes.dqn.envs import atari_rom, env_family, lives, load_atari_scores, make_env, seed_envs
+from recipes.dqn.networks import resolve_device
 from recipes.dqn.parts import (
     Evaluator,
     Logger,

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from prisample.replay.device import concrete_device
 from recipes.dqn.config import DDQNConfig, Network
 from recipes.dqn.envs import EnvSpec
 
@@ -161,3 +162,13 @@ def make_optimizer(config: DDQNConfig, params: Any, capturable: bool = False) ->
             params, lr=lr, alpha=config.rmsprop_decay, eps=eps, centered=True, capturable=capturable
         )
     return torch.optim.Adam(params, lr=lr, eps=eps, capturable=capturable)
+
+
+def resolve_device(device: str) -> torch.device:
+    """``--device`` as the device its tensors report (``"auto"``: CUDA when available): ``"cuda"``
+    becomes ``cuda:<current index>`` and ``"cpu:0"`` ``cpu``, so that a tensor's ``.device``
+    compares equal to it.  (Here, not in :mod:`recipes.dqn.config`, which the command line's
+    ``--help`` reads without importing torch.)"""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return concrete_device(device)

@@ -53,6 +53,7 @@ import numpy as np
 
 from prisample.diagnostics import Diagnostics, WeightMonitor
 from prisample.methods.laber import LaBER
+from recipes.common import launch
 from recipes.dqn.agent import (
     LABER_EPS,
     PriorityWrites,
@@ -81,8 +82,9 @@ from recipes.dqn.loop import (
     start_run,
     stopping,
 )
-from recipes.dqn.networks import QNetwork, make_optimizer
+from recipes.dqn.networks import QNetwork, make_optimizer, resolve_device
 from recipes.dqn.parts import Logger, RunResult, StepRate, progress_bar
+from recipes.dqn.plan import run_plan
 from recipes.dqn.update import GraphedForward, HostCopy, as_batch
 
 __all__ = ["main", "train"]
@@ -217,7 +219,12 @@ def train(cfg: DDQNConfig) -> RunResult:
 
 
 def main(argv: list[str]) -> RunResult:
-    """``python -m recipes.dqn train [options]``; ``--help`` lists the options."""
-    result = train(parse_command(argv))
+    """``python -m recipes.dqn train [options]``; ``--help`` lists the options.  Before the run
+    starts, what it will run and its estimated time are printed, and asked about on a terminal when
+    over an hour (:func:`recipes.common.launch.confirm`; ``--yes`` does not ask)."""
+    yes, argv = launch.take_yes(argv)
+    cfg = parse_command(argv)
+    launch.confirm(run_plan(cfg, resolve_device(cfg.device).type), yes)
+    result = train(cfg)
     print(json.dumps({k: v for k, v in asdict(result).items() if k != "config"}, indent=1))
     return result

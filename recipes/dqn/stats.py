@@ -25,7 +25,6 @@ writes ``<out>.png`` (see :func:`plot`) and ``<out>.md`` (see :func:`table_markd
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -35,7 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recipes.common import outputs
+from recipes.common import cli, outputs
 from recipes.common.aggregates import FloatArray, Scores, Statistic, iqm, per_game, stratified_bootstrap_ci
 
 REFERENCE_CSV = Path(__file__).with_name("data") / "atari100k_reference.csv"
@@ -317,7 +316,7 @@ def table_markdown(
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``--json SWEEP --out PREFIX``: write ``PREFIX.png`` and ``PREFIX.md``."""
-    parser = argparse.ArgumentParser(
+    parser = cli.PlainHelpParser(
         prog="python -m recipes.dqn stats", description=__doc__.splitlines()[0] if __doc__ else None
     )
     parser.add_argument(

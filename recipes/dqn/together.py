@@ -31,7 +31,6 @@ Command (one process per game; ``python -m recipes.dqn atari-sweep`` runs severa
 
 from __future__ import annotations
 
-import argparse
 import copy
 import math
 import sys
@@ -46,10 +45,10 @@ from tqdm import tqdm
 
 from recipes.common import cli, outputs
 from recipes.dqn.agent import PriorityWrites, draw, make_learner, make_replay, observe, store, sync_target
-from recipes.dqn.config import ARMS, DDQNConfig, load_config, resolve_device
+from recipes.dqn.config import ARMS, DDQNConfig, load_config
 from recipes.dqn.envs import SendRecv, lives, make_env, reset_with_seeds
 from recipes.dqn.loop import Schedules
-from recipes.dqn.networks import DQNRMSprop, QNetwork, optimizer_settings
+from recipes.dqn.networks import DQNRMSprop, QNetwork, optimizer_settings, resolve_device
 from recipes.dqn.parts import Timer
 from recipes.dqn.stacked import StackedQNetwork
 from recipes.dqn.update import Batch, GraphedForward, HostCopy
@@ -335,9 +334,7 @@ def agent_configs(
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """``python -m recipes.dqn together [options]``: train the agents, write ``--out``; ``--help``
     lists the options."""
-    parser = argparse.ArgumentParser(
-        prog="python -m recipes.dqn together", description=__doc__.split("\n")[0]
-    )
+    parser = cli.PlainHelpParser(prog="python -m recipes.dqn together", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--env",
         default="ALE/Pong-v5",

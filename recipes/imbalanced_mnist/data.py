@@ -6,7 +6,8 @@ network allows.  Where it cannot be downloaded, Fashion-MNIST from Debian's ``da
 package (``/usr/share/datasets/fashion-mnist``), a drop-in 28×28 ten-class set, is used instead.
 
 ``python -m recipes.imbalanced_mnist prepare --root data`` makes the data available and exits non-zero when
-neither is (``recipes/imbalanced_mnist/ensure_data.sh`` then installs the Debian package).
+neither is (``recipes/imbalanced_mnist/ensure_data.sh``, which ``make demo`` runs, then says that it installs
+the Debian package, and does; ``PRISAMPLE_NO_APT=1`` stops it).
 """
 
 from __future__ import annotations
@@ -150,8 +151,9 @@ def locate_dataset(root: str | Path, dataset: Dataset = "auto", download: bool =
     found = _idx_dir(_fashion_dirs(root))
     if found is None:
         raise FileNotFoundError(
-            f"neither MNIST (under {root} or by download) nor Fashion-MNIST is available: "
-            "run `apt-get install dataset-fashion-mnist` (Debian) or pass --data.root with MNIST's IDX files"
+            f"neither MNIST (under {root} or by download) nor Fashion-MNIST is available: put MNIST's IDX "
+            f"files under {root / 'MNIST' / 'raw'} (or pass --data.root with them), or install Debian's "
+            "dataset-fashion-mnist package (recipes/imbalanced_mnist/ensure_data.sh does, for make demo)"
         )
     return "fashion-mnist", found
 
@@ -207,6 +209,9 @@ class PrepareConfig:
     """Where MNIST's IDX files are (or are downloaded to)."""
     dataset: Dataset = "auto"
     """'auto', 'mnist' or 'fashion-mnist'."""
+    explain: bool = True
+    """When there is no data, say how to get it; false: exit 1 without a word (the caller says what it
+    does instead: recipes/imbalanced_mnist/ensure_data.sh installs Fashion-MNIST)."""
 
 
 def prepare(
@@ -219,6 +224,7 @@ def prepare(
     try:
         name, directory = locate_dataset(config.root, config.dataset, download=True)
     except FileNotFoundError as error:
-        print(error, file=sys.stderr)
+        if config.explain:
+            print(error, file=sys.stderr)
         sys.exit(1)
     print(f"{DATASET_NAMES[name]} IDX files in {directory}")

@@ -30,7 +30,6 @@ Without arguments it prints its usage and runs nothing.
 
 from __future__ import annotations
 
-import argparse
 import math
 import multiprocessing
 import sys
@@ -412,7 +411,7 @@ def parse(argv: Sequence[str] | None) -> Config:
     """The config of the command line; no argument at all prints the usage and exits (status 2), so
     that a bare command does not start an hour-long run: ``--run`` runs the defaults."""
     args = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
+    parser = cli.PlainHelpParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--run", action="store_true", help="run (needed only when no other option is given)")
     cli.add_field_options(parser, Config)
     if not args:

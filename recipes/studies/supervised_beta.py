@@ -18,7 +18,6 @@ seeds, CPU, one torch thread.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -145,7 +144,7 @@ def run(cfg: Config) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """``python -m recipes.studies supervised-beta [options]``: run every arm, write the JSON;
     ``--help`` lists the options."""
-    parser = argparse.ArgumentParser(
+    parser = cli.PlainHelpParser(
         prog="python -m recipes.studies supervised-beta", description=__doc__.splitlines()[0]
     )
     cli.add_field_options(parser, Config)

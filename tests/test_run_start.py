@@ -1,0 +1,169 @@
+"""Before a long run starts, the recipe says what will run, for how long, and how to run a short one.
+
+The trap this guards: ``python -m recipes.dqn train`` with no options started the paper's Atari
+agent (``ALE/Pong-v5``, 50,000,000 agent steps, days on a CPU) and wrote ``runs/`` without a word;
+only ``--help`` said what the defaults were.  Now one summary is printed before anything starts, and
+on a terminal a run estimated over an hour asks ``y/N`` (default no; ``--yes`` skips the question).
+Terminals are simulated: stdin is replaced by a stream whose ``isatty()`` answers as asked.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+from recipes.common import launch
+from recipes.common.launch import Measured, RunPlan
+
+
+class Stdin(io.StringIO):
+    """A stdin that holds ``answer`` and says whether it is a terminal."""
+
+    def __init__(self, answer: str = "", tty: bool = True) -> None:
+        super().__init__(answer)
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    @property
+    def asked(self) -> bool:
+        """Whether the answer was read."""
+        return self.tell() > 0
+
+
+def plan(steps: int, rate: float | None, exact: bool = True, budget: float | None = None) -> RunPlan:
+    measured = None if rate is None else Measured(rate, "docs/results/x.json", "what was timed")
+    return RunPlan(
+        "python -m recipes.x run",
+        "an agent",
+        steps,
+        "runs/x",
+        "--steps 10",
+        measured,
+        exact,
+        time_budget_s=budget,
+    )
+
+
+def test_the_summary_names_the_run_its_time_its_source_and_a_short_run() -> None:
+    text = plan(7_200_000, 1000.0).summary()
+    assert "python -m recipes.x run: an agent, 7,200,000 agent steps, writing runs/x" in text
+    assert (
+        "about 2.0 h at 1,000.0 agent steps/s, measured for this configuration in docs/results/x.json" in text
+    )
+    assert "a short run: --steps 10; --yes starts without asking" in text
+    assert "estimated time: unknown" in plan(10, None).summary()
+    assert "at least 2.0 h" in plan(7_200_000, 1000.0, exact=False).summary()
+    assert "at most 10 min (--time_budget_s)" in plan(7_200_000, 1000.0, budget=600).summary()
+
+
+@pytest.mark.parametrize(
+    ("tty", "steps", "yes", "asks"),
+    [
+        (True, 7_200_000, False, True),  # a terminal, over an hour: asks
+        (False, 7_200_000, False, False),  # a script or CI: goes on after the summary
+        (True, 7_200_000, True, False),  # --yes
+        (True, 1_000_000, False, False),  # under an hour
+    ],
+)
+def test_it_asks_only_on_a_terminal_over_an_hour_without_yes(
+    tty: bool, steps: int, yes: bool, asks: bool
+) -> None:
+    stdin, out = Stdin("y\n", tty=tty), io.StringIO()
+    launch.confirm(plan(steps, 1000.0), yes, stdin=stdin, out=out)
+    assert stdin.asked == asks and ("Start it? [y/N]" in out.getvalue()) == asks
+    assert out.getvalue().startswith("python -m recipes.x run: an agent")
+
+
+@pytest.mark.parametrize("answer", ["n\n", "\n", "", "nope\n"])
+def test_anything_but_yes_does_not_start(answer: str) -> None:
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as stopped:
+        launch.confirm(plan(7_200_000, 1000.0), stdin=Stdin(answer), out=out)
+    assert stopped.value.code == 1 and out.getvalue().rstrip().endswith("not started")
+
+
+def test_take_yes() -> None:
+    assert launch.take_yes(["--env", "CartPole-v1", "--yes"]) == (True, ["--env", "CartPole-v1"])
+    assert launch.take_yes(["--env", "CartPole-v1"]) == (False, ["--env", "CartPole-v1"])
+
+
+def test_a_missing_measurement_is_none_not_an_error() -> None:
+    assert launch.measured("docs/results/no_such.json", "x", lambda d: d["rate"]) is None
+    assert (
+        launch.measured("docs/results/cartpole.json", "x", lambda d: d["no_such_arm"]["steps_per_s"]) is None
+    )
+
+
+# -- python -m recipes.dqn train ------------------------------------------------------------------
+
+
+class StartedError(Exception):
+    """Raised by the stub of ``train``: the run would have started here."""
+
+
+@pytest.fixture
+def dqn_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> object:
+    """``recipes.dqn.run`` in an empty working directory, its ``train`` replaced by a stub that
+    records the config it would have run."""
+    pytest.importorskip("gymnasium")
+    from recipes.dqn import run
+
+    monkeypatch.chdir(tmp_path)
+    started: list[object] = []
+
+    def train(cfg: object) -> object:
+        started.append(cfg)
+        raise StartedError  # stands for the run: main goes no further
+
+    monkeypatch.setattr(run, "train", train)
+    monkeypatch.setattr(run, "started", started, raising=False)
+    return run
+
+
+def test_dqn_train_with_no_options_says_what_it_runs_and_no_aborts_before_runs(
+    dqn_run: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n"))
+    with pytest.raises(SystemExit) as stopped:
+        dqn_run.main([])  # type: ignore[attr-defined]
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and dqn_run.started == []  # type: ignore[attr-defined]
+    assert "ALE/Pong-v5" in err and "50,000,000 agent steps" in err and "benchmarks/atari_loop.json" in err
+    assert "--total_steps 100000, or --env CartPole-v1" in err and "Start it? [y/N]" in err
+    assert not (tmp_path / "runs").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_dqn_train_off_a_terminal_prints_the_summary_and_starts(
+    dqn_run: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n", tty=False))
+    with pytest.raises(StartedError):
+        dqn_run.main(["--env", "CartPole-v1", "--arm", "rank"])  # type: ignore[attr-defined]
+    err = capsys.readouterr().err
+    assert len(dqn_run.started) == 1 and "Start it?" not in err  # type: ignore[attr-defined]
+    assert "CartPole-v1" in err and "docs/results/cartpole.json" in err
+
+
+def test_dqn_train_yes_starts_without_asking(
+    dqn_run: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stdin = Stdin("n\n")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    with pytest.raises(StartedError):
+        dqn_run.main(["--yes", "--total_steps", "60000000"])  # type: ignore[attr-defined]
+    assert not stdin.asked and dqn_run.started[0].total_steps == 60_000_000  # type: ignore[attr-defined]
+    assert "60,000,000 agent steps" in capsys.readouterr().err
+
+
+def test_every_recorded_dqn_throughput_is_read() -> None:
+    """Each ``(env, device, arm)`` the recipe claims a measurement for finds it in its JSON."""
+    pytest.importorskip("gymnasium")
+    from recipes.dqn.plan import MEASUREMENTS, measurement
+
+    missing = [m for m in MEASUREMENTS if measurement(*m) is None]
+    assert missing == []
