@@ -306,6 +306,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         environments are chosen here, not drawn inside.  :meth:`sample` reads its draw with it."""
         return ReplayBufferSamples(*self._one_step(batch_inds, env_indices, env))
 
+    def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None) -> ReplayBufferSamples:
+        # SB3's own read path (its uniform ``sample``, its tests): the environments drawn as SB3
+        # draws them, the transitions read by this class's samples_at, not by SB3's parent class.
+        env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))
+        return self.samples_at(batch_inds, env_indices, env)
+
     def gather(
         self,
         batch_inds: npt.NDArray[np.int64],
@@ -390,6 +396,12 @@ class PrioritizedDictReplayBuffer(PrioritizedReplayBuffer, DictReplayBuffer):
         """SB3's ``DictReplayBuffer._get_samples`` batch of the slots ``(batch_inds[j],
         env_indices[j])``, the environments chosen here."""
         return DictReplayBufferSamples(*self._one_step(batch_inds, env_indices, env))
+
+    def _get_samples(  # type: ignore[override]  # SB3's DictReplayBufferSamples
+        self, batch_inds: np.ndarray, env: VecNormalize | None = None
+    ) -> DictReplayBufferSamples:
+        env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))
+        return self.samples_at(batch_inds, env_indices, env)
 
     def gather(  # type: ignore[override]  # observations per key
         self,

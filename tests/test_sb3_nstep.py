@@ -342,3 +342,23 @@ def test_bad_n_step_dqn_arguments_name_them() -> None:
         replay_buffer_class=PrioritizedNStepReplayBuffer,
     )
     assert (model.replay_buffer.n_steps, model.replay_buffer.gamma) == (2, 0.8)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("cls", [PrioritizedReplayBuffer, PrioritizedNStepReplayBuffer])
+def test_sb3s_own_read_path_reads_through_samples_at(cls: type[PrioritizedReplayBuffer]) -> None:
+    """SB3's ``_get_samples`` (its uniform ``sample`` and its tests) draws the environments with
+    ``np.random`` as SB3 does and reads the transitions with this class's ``samples_at``, so that
+    SB3's own buffer tests, run on these classes, test this code and not SB3's parent class."""
+    buffer = cls(24, OBS, ACT, "cpu", n_envs=3, seed=0)
+    fill_random([buffer], steps=11, n_envs=3)
+    calls: list[int] = []
+    read = buffer.samples_at
+    buffer.samples_at = lambda rows, envs, env=None: calls.append(len(rows)) or read(rows, envs, env)  # type: ignore[method-assign]
+    rows = np.array([0, 3, 5, 7, 7])
+    np.random.seed(5)
+    got = buffer._get_samples(rows)
+    np.random.seed(5)
+    envs = np.random.randint(0, high=3, size=(5,))
+    assert calls == [5]
+    for a, b in zip(got, read(rows, envs), strict=True):
+        assert (a is None and b is None) or torch.equal(a, b)
