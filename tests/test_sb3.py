@@ -240,8 +240,8 @@ def test_bad_buffer_arguments_raise_value_error_naming_them(kwargs: dict[str, An
 def test_bad_dqn_and_update_arguments_raise_value_error_naming_them() -> None:
     with pytest.raises(ValueError, match="replay_buffer_class"):
         PrioritizedDQN("MlpPolicy", "CartPole-v1", replay_buffer_class=ReplayBuffer)
-    with pytest.raises(ValueError, match="n_steps"):
-        PrioritizedDQN("MlpPolicy", "CartPole-v1", n_steps=3)
+    with pytest.raises(ValueError, match="n_steps"):  # n-step returns need an n-step buffer class
+        PrioritizedDQN("MlpPolicy", "CartPole-v1", n_steps=3, replay_buffer_class=PrioritizedReplayBuffer)
     with pytest.raises(ValueError, match="beta_final"):
         PrioritizedDQN("MlpPolicy", "CartPole-v1", beta_final=2.0)
     buf = PrioritizedReplayBuffer(8, OBS, ACT, "cpu", seed=0)
