@@ -2,9 +2,9 @@
 # Every GPU measurement of the Atari recipe, as one command for a lent GPU machine.
 #
 #   bash benchmarks/gpu_session.sh smoke   # ~3 min: GPU tests, update timings, short loop and sweep probes
-#   bash benchmarks/gpu_session.sh final   # ~9.5 min: GPU tests, loop benchmark vs CleanRL, the Atari sweep
+#   bash benchmarks/gpu_session.sh final   # at most 7.5 min: GPU tests, loop benchmark vs CleanRL, the Atari sweep
 #   bash benchmarks/gpu_session.sh replay  # ~6 min: the replay on the device, and its share of the DQN loop
-#   bash benchmarks/gpu_session.sh apex    # ~8 min: Ape-X's learner on the GPU, actors on the CPU cores
+#   bash benchmarks/gpu_session.sh apex    # at most 7.5 min: Ape-X's learner on the GPU, actors on the CPU cores
 #                                          #   (the scaling study): 1, 2, 4, 8, 14 actors; needs ray (gpu_wheels.sh ray)
 #   bash benchmarks/gpu_session.sh device  # at most 7.5 min (limits 60+120+60+200 s): priorities on the device:
 #                                          #   the diagnosis of a first run (benchmarks/gpu_diagnose.py),
@@ -62,8 +62,8 @@ fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 
 if [ "$stage" = smoke ]; then
-  step gpu_tests 120 30 python3 -m pytest tests/test_dqn_update.py -q -rfE --tb=short -p no:cacheprovider -x
-  step gpu_update 90 2 python3 -m benchmarks.gpu_update --block 20 --repeats 5 --out "$OUT/gpu_update.json"
+  step gpu_tests 90 30 python3 -m pytest tests/test_dqn_update.py -q -rfE --tb=short -p no:cacheprovider -x
+  step gpu_update 60 2 python3 -m benchmarks.gpu_update --block 20 --repeats 5 --out "$OUT/gpu_update.json"
   step loop_probe 120 3 python3 -m benchmarks.atari_loop --device cuda --arms proportional --acting_steps 2000 \
     --updates 1500 --set num_envs=16 --set env_threads=8 --set overlap_env=true --out "$OUT/loop_probe.json"
   step together_probe 150 3 python3 -m recipes.dqn together --env ALE/Breakout-v5 --arms uniform,proportional,rank \
@@ -74,17 +74,17 @@ if [ "$stage" = smoke ]; then
 fi
 
 if [ "$stage" = final ]; then
-  step gpu_tests 90 30 python3 -m pytest tests/test_dqn_update.py -k cuda -q -rfE --tb=short -p no:cacheprovider
-  step atari_loop_gpu 200 6 python3 -m benchmarks.atari_loop_gpu --updates 2000 --out "$OUT/atari_loop_gpu.json" \
+  step gpu_tests 60 30 python3 -m pytest tests/test_dqn_update.py -k cuda -q -rfE --tb=short -p no:cacheprovider
+  step atari_loop_gpu 170 6 python3 -m benchmarks.atari_loop_gpu --updates 2000 --out "$OUT/atari_loop_gpu.json" \
     --loop_out "$OUT/atari_loop_cuda.json" --cleanrl_out "$OUT/cleanrl_dqn.json"
-  step atari_sweep 400 8 python3 -m recipes.dqn atari-sweep --games ALE/Pong-v5,ALE/Breakout-v5,ALE/Boxing-v5 \
+  step atari_sweep 220 8 python3 -m recipes.dqn atari-sweep --games ALE/Pong-v5,ALE/Breakout-v5,ALE/Boxing-v5 \
     --arms uniform,proportional,rank --seeds 3 --protocol atari100k --device cuda --set env_threads=4 \
-    --set time_budget_s=${SWEEP_TRAIN_S:-300} --out "$OUT/atari_sweep.json"
+    --set time_budget_s=${SWEEP_TRAIN_S:-150} --out "$OUT/atari_sweep.json"
   log done
 fi
 
 if [ "$stage" = replay ]; then
-  step replay_device 240 all python3 -m benchmarks.replay_device --out "$OUT/replay_device.json"
+  step replay_device 200 all python3 -m benchmarks.replay_device --out "$OUT/replay_device.json"
   step atari_loop_gpu 200 6 python3 -m benchmarks.atari_loop_gpu --updates 2000 --cleanrl_seconds 0 \
     --out "$OUT/atari_loop_gpu.json" --loop_out "$OUT/atari_loop_cuda.json"
   log done
@@ -107,7 +107,7 @@ if [ "$stage" = device ]; then
 fi
 
 if [ "$stage" = apex ]; then
-  step apex_scaling 520 12 python3 -m recipes.apex scaling --env CartPole-v1 --actors 1,2,4,8,14 --seconds 60 \
+  step apex_scaling 450 12 python3 -m recipes.apex scaling --env CartPole-v1 --actors 1,2,4,8,14 --seconds 50 \
     --device cuda --out "$OUT/apex_scaling_gpu"
   log done
 fi

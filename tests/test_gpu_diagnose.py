@@ -91,3 +91,13 @@ def test_the_session_script_parses_and_its_device_stage_fits_one_call(tmp_path: 
         for out in re.findall(r"--\w*out (\S+)", command):
             assert out.startswith(str(tmp_path))
     assert _dry_run("nonsense", tmp_path).returncode == 2
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("stage", ["smoke", "final", "replay", "device", "apex"])
+def test_every_stage_of_the_session_script_fits_one_call(stage: str, tmp_path: Path) -> None:
+    done = _dry_run(stage, tmp_path)
+    assert done.returncode == 0, done.stderr
+    limits = [int(limit) for limit in re.findall(r"^step \S+ (\d+) ", done.stdout, flags=re.M)]
+    assert limits, done.stdout
+    assert sum(limits) <= 450  # one call is 600 s, wheels and the machine's start included
