@@ -2,7 +2,8 @@
 # Every GPU measurement of the Atari recipe, as one command for a lent GPU machine.
 #
 #   bash benchmarks/gpu_session.sh smoke   # ~3 min: GPU tests, update timings, short loop and sweep probes
-#   bash benchmarks/gpu_session.sh final   # at most 7.5 min: GPU tests, loop benchmark vs CleanRL, the Atari sweep
+#   bash benchmarks/gpu_session.sh final   # ~4 min: GPU tests, loop benchmark vs CleanRL
+#   bash benchmarks/gpu_session.sh sweep   # ~7 min: the Atari 100k sweep (300 s of training)
 #   bash benchmarks/gpu_session.sh replay  # ~6 min: the replay on the device, and its share of the DQN loop
 #   bash benchmarks/gpu_session.sh apex    # at most 7.5 min: Ape-X's learner on the GPU, actors on the CPU cores
 #                                          #   (the scaling study): 1, 2, 4, 8, 14 actors; needs ray (gpu_wheels.sh ray)
@@ -21,8 +22,8 @@ stage=${1:-smoke}
 OUT=${OUT:-/tmp/out}
 DRY_RUN=${DRY_RUN:-0}
 case "$stage" in
-  smoke | final | replay | device | apex) ;;
-  *) echo "stage should be one of smoke, final, replay, device, apex, but got stage=$stage"; exit 2 ;;
+  smoke | final | sweep | replay | device | apex) ;;
+  *) echo "stage should be one of smoke, final, sweep, replay, device, apex, but got stage=$stage"; exit 2 ;;
 esac
 mkdir -p "$OUT"
 log() { echo "=== $(date +%T) $*"; }
@@ -77,9 +78,13 @@ if [ "$stage" = final ]; then
   step gpu_tests 60 30 python3 -m pytest tests/test_dqn_update.py -k cuda -q -rfE --tb=short -p no:cacheprovider
   step atari_loop_gpu 170 6 python3 -m benchmarks.atari_loop_gpu --updates 2000 --out "$OUT/atari_loop_gpu.json" \
     --loop_out "$OUT/atari_loop_cuda.json" --cleanrl_out "$OUT/cleanrl_dqn.json"
-  step atari_sweep 220 8 python3 -m recipes.dqn atari-sweep --games ALE/Pong-v5,ALE/Breakout-v5,ALE/Boxing-v5 \
+  log done
+fi
+
+if [ "$stage" = sweep ]; then
+  step atari_sweep 420 8 python3 -m recipes.dqn atari-sweep --games ALE/Pong-v5,ALE/Breakout-v5,ALE/Boxing-v5 \
     --arms uniform,proportional,rank --seeds 3 --protocol atari100k --device cuda --set env_threads=4 \
-    --set time_budget_s=${SWEEP_TRAIN_S:-150} --out "$OUT/atari_sweep.json"
+    --set time_budget_s=${SWEEP_TRAIN_S:-300} --out "$OUT/atari_sweep.json"
   log done
 fi
 
@@ -107,7 +112,7 @@ if [ "$stage" = device ]; then
 fi
 
 if [ "$stage" = apex ]; then
-  step apex_scaling 450 12 python3 -m recipes.apex scaling --env CartPole-v1 --actors 1,2,4,8,14 --seconds 50 \
+  step apex_scaling 450 12 python3 -m recipes.apex scaling --env CartPole-v1 --actors 1,2,4,8,14 --seconds 60 \
     --device cuda --out "$OUT/apex_scaling_gpu"
   log done
 fi
