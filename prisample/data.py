@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, IterableDataset
+
+from prisample._validation import short_repr
 
 __all__ = ["IndexedDataset"]
 
@@ -17,9 +19,18 @@ class IndexedDataset(Dataset[tuple[Any, ...]]):
 
     >>> IndexedDataset([("a", 0), ("b", 1)])[1]
     (1, 'b', 1)
+
+    ``dataset`` must be map-style (indexable, ``dataset[i]``): anything else (a number, an
+    iterator, an ``IterableDataset``, which has no indices to feed back) raises ``TypeError``
+    naming it.
     """
 
     def __init__(self, dataset: Any) -> None:
+        if isinstance(dataset, IterableDataset) or not hasattr(type(dataset), "__getitem__"):
+            raise TypeError(
+                "dataset should be a map-style dataset (one with dataset[i], such as a list or a "
+                f"torch Dataset), but got dataset={short_repr(dataset)} of type {type(dataset).__name__}"
+            )
         self.dataset = dataset
 
     def __len__(self) -> int:
