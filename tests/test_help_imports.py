@@ -4,12 +4,15 @@ Lightning, the Atari emulator), so that they answer at once.
 The bug this guards: every recipe command's ``--help`` took seconds, importing torch and Gymnasium
 to print a list of options.  Each line runs in a fresh interpreter, as a user types it; what is
 checked is which modules got imported, not how long it took (a time would depend on the machine).
-``python -m recipes.dqn train --help`` reads the command's config (``recipes/dqn/config.py``,
-through its ``Command.parser``), not its run.
+A command's ``--help``, and the command with no options when that is a line its parser refuses
+(``together`` without ``--out``), read the command's config through its ``Command.parser`` (or a
+module that imports nothing heavy), not its run.  Every command of every recipe is checked: the
+list comes from each recipe's ``COMMANDS``, so a new command is covered when it is registered.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -21,7 +24,17 @@ import pytest
 from recipes.__main__ import RECIPES
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "gymnasium", "lightning", "ale_py", "ray", "stable_baselines3", "matplotlib")
+HEAVY = (
+    "torch",
+    "gymnasium",
+    "lightning",
+    "ale_py",
+    "ray",
+    "tensordict",
+    "torchrl",
+    "stable_baselines3",
+    "matplotlib",
+)
 PROBE = """
 import json, runpy, sys
 sys.argv = ["python -m recipes." + sys.argv[1], *sys.argv[2:]]
@@ -36,11 +49,50 @@ print(json.dumps({"code": code, "heavy": [m for m in HEAVY if m in sys.modules]}
 LINES: list[tuple[str, tuple[str, ...]]] = [(recipe, ()) for recipe in RECIPES] + [
     (recipe, ("--help",)) for recipe in RECIPES
 ]
-LINES.append(("dqn", ("train", "--help")))
+COMMANDS = [
+    (recipe, c.name) for recipe in RECIPES for c in importlib.import_module(f"recipes.{recipe}").COMMANDS
+]
+LINES += [(recipe, (name, "--help")) for recipe, name in COMMANDS]
+LINES += [("dqn", ("together",))]  # no --out: the usage and the error, from the parser alone
+
+LIGHTNING_CLI = ("torch", "lightning", "matplotlib")
+EXCEPTIONS = {("imbalanced_mnist", name): LIGHTNING_CLI for name in ("fit", "validate", "test", "predict")}
+"""Commands whose ``--help`` cannot do without heavy modules, and the ones they may import: these
+are LightningCLI's commands, whose parser LightningCLI builds from Lightning's Trainer and the
+recipe's LightningModule and LightningDataModule (their options are those classes' arguments)."""
+NOT_YET = "its config still lives in the module of its run (no torch-free parser yet)"
+PENDING = {
+    ("demo", "tour"): NOT_YET,
+    ("apex", "scaling"): NOT_YET,
+    ("apex", "compare"): NOT_YET,
+    ("apex", "ablate"): NOT_YET,
+    ("apex", "actor-learner"): NOT_YET,
+    ("cliffwalk", "run"): NOT_YET,
+    ("imbalanced_mnist", "lr-sweep"): NOT_YET,
+    ("studies", "per-vs-uniform"): NOT_YET,
+    ("studies", "supervised-beta"): NOT_YET,
+    ("studies", "sb3-cartpole"): NOT_YET,
+    ("studies", "diagnostics-figures"): NOT_YET,
+}
+"""Commands whose ``--help`` still imports a heavy module: strict xfails, so that the fix of one
+fails here until its entry is removed."""
 
 
-@pytest.mark.parametrize(("recipe", "argv"), LINES, ids=[" ".join((r, *a)) for r, a in LINES])
+def _marks(recipe: str, argv: tuple[str, ...]) -> list[pytest.MarkDecorator]:
+    key = (recipe, argv[0]) if argv and argv[0] != "--help" else None
+    if key in PENDING:
+        return [pytest.mark.xfail(strict=True, reason=PENDING[key])]
+    return []
+
+
+PARAMS = [pytest.param(r, a, id=" ".join((r, *a)), marks=_marks(r, a)) for r, a in LINES]
+
+
+@pytest.mark.parametrize(("recipe", "argv"), PARAMS)
 def test_help_imports_no_heavy_module(recipe: str, argv: tuple[str, ...], tmp_path: Path) -> None:
+    allowed = EXCEPTIONS.get((recipe, argv[0]), ()) if argv else ()
+    if allowed:
+        pytest.importorskip("lightning")  # the extra whose help it is
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
         [sys.executable, "-c", PROBE, recipe, *argv],
@@ -51,6 +103,13 @@ def test_help_imports_no_heavy_module(recipe: str, argv: tuple[str, ...], tmp_pa
         timeout=120,
     )
     report = json.loads(result.stderr.strip().splitlines()[-1])
-    assert report["code"] in (0, None), result.stderr
-    assert report["heavy"] == [], f"python -m recipes.{recipe} {' '.join(argv)} imported {report['heavy']}"
-    assert "usage:" in result.stdout and list(tmp_path.iterdir()) == []
+    assert report["code"] in (0, 2, None), result.stderr
+    assert set(report["heavy"]) <= set(allowed), (
+        f"python -m recipes.{recipe} {' '.join(argv)} imported {report['heavy']}"
+    )
+    assert "usage:" in result.stdout + result.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_every_command_is_checked_or_excepted_for_a_reason() -> None:
+    """Each exception names a registered command, so that a renamed one cannot hide."""
+    assert set(EXCEPTIONS) | set(PENDING) <= set(COMMANDS)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -74,9 +73,9 @@ def test_every_command_target_exists() -> None:
     for name in RECIPES:
         recipe_commands: tuple[Command, ...] = importlib.import_module(f"recipes.{name}").COMMANDS
         for command in recipe_commands:
-            module, _, function = command.target.partition(":")
-            spec = importlib.util.find_spec(module)
-            assert spec is not None and spec.origin is not None, command.target
-            # a function, or a module-level name bound to one (recipes.common.experiment.Experiment)
-            defined = rf"^(def {re.escape(function)}\(|{re.escape(function)} = \w)"
-            assert re.search(defined, Path(spec.origin).read_text(), flags=re.M), command.target
+            for target in (command.target, command.parser or command.target):
+                module, _, function = target.partition(":")
+                spec = importlib.util.find_spec(module)
+                assert spec is not None and spec.origin is not None, target
+                source = Path(spec.origin).read_text()
+                assert f"def {function}(" in source or f"\n{function} = " in source, target

@@ -167,3 +167,105 @@ def test_every_recorded_dqn_throughput_is_read() -> None:
 
     missing = [m for m in MEASUREMENTS if measurement(*m) is None]
     assert missing == []
+
+
+# -- the other commands that start long runs -----------------------------------------------------
+
+
+def _stub(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[object]:
+    """Replace ``module.name`` by a stub that records its arguments and stops the command there."""
+    started: list[object] = []
+
+    def stub(*args: object, **kwargs: object) -> object:
+        started.append(args)
+        raise StartedError
+
+    monkeypatch.setattr(module, name, stub)
+    return started
+
+
+def test_dqn_together_says_what_it_runs_and_no_aborts_before_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("gymnasium")
+    from recipes.dqn import together
+
+    monkeypatch.chdir(tmp_path)
+    started = _stub(monkeypatch, together, "train_together")
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n"))
+    with pytest.raises(SystemExit) as stopped:
+        together.main(["--out", "runs/pong.json"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
+    assert "9 Double DQN agents" in err and "ALE/Pong-v5" in err and "runs/pong.json" in err
+    assert "benchmarks/atari_loop.json" in err and "--seeds 1 --set total_steps=4000" in err
+
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n", tty=False))  # CI, make demo: no question
+    with pytest.raises(StartedError):
+        together.main(["--out", "runs/pong.json", "--seeds", "1"])
+    assert "Start it?" not in capsys.readouterr().err and len(started) == 1
+
+
+def test_dqn_sweep_summary_counts_every_run_and_no_aborts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("gymnasium")
+    from recipes.dqn import sweep
+
+    monkeypatch.chdir(tmp_path)
+    started = _stub(monkeypatch, sweep, "sweep")
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n"))
+    with pytest.raises(SystemExit) as stopped:
+        sweep.main(["sweep", "--env", "ALE/Pong-v5", "--seeds", "2", "--jobs", "2"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
+    assert "6 Double DQN runs (uniform, proportional, rank x 2 seeds) on ALE/Pong-v5" in err
+    assert "300,000,000 agent steps" in err and "Start it? [y/N]" in err
+
+    monkeypatch.setattr(sys, "stdin", Stdin("", tty=False))
+    with pytest.raises(StartedError):
+        sweep.main(["sweep", "--env", "CartPole-v1", "--yes"])
+    assert "docs/results/cartpole.json" in capsys.readouterr().err and len(started) == 1
+
+
+def test_atari_sweep_asks_once_and_its_games_do_not_ask_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from recipes.dqn import atari_sweep
+
+    monkeypatch.chdir(tmp_path)
+    started = _stub(monkeypatch, atari_sweep, "run_games")
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n"))
+    with pytest.raises(SystemExit) as stopped:
+        atari_sweep.main(["--device", "cpu"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
+    assert "3 games (ALE/Pong-v5, ALE/Breakout-v5, ALE/Boxing-v5), 27 agents in all" in err
+
+    monkeypatch.setattr(sys, "stdin", Stdin("y\n"))
+    with pytest.raises(StartedError):
+        atari_sweep.main(["--device", "cpu"])
+    commands: list[list[str]] = started[0][1]  # type: ignore[index]
+    assert all(command[3] == "together" and "--yes" in command for command in commands)
+
+
+def test_apex_train_says_what_it_runs_and_no_aborts_before_ray(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("ray")
+    from recipes.apex import run
+
+    monkeypatch.chdir(tmp_path)
+    started = _stub(monkeypatch, run, "train")
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n"))
+    with pytest.raises(SystemExit) as stopped:
+        run.main(["train", "--time_budget_s", "7200"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
+    assert "Ape-X, arm proportional, 2 actors" in err and "50,000 env steps" in err
+    assert "at most 2.0 h (--time_budget_s)" in err
+
+    monkeypatch.setattr(sys, "stdin", Stdin("", tty=False))
+    with pytest.raises(StartedError):
+        run.main(["train"])
+    assert "estimated time: unknown" in capsys.readouterr().err and len(started) == 1

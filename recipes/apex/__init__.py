@@ -18,6 +18,7 @@ COMMANDS = (
         "one Ape-X run: actors, the replay as Ray actors, one learner",
         "recipes.apex.run:main",
         takes_name=True,
+        parser="recipes.apex.config:parse_command",
     ),
     Command(
         "scaling", "throughput against the number of actors", "recipes.apex.studies:main", takes_name=True

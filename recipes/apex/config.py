@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-import ray
-
 from recipes.apex.exploration import EPSILON, EPSILON_EXPONENT
 from recipes.common import cli, outputs
+from recipes.common.launch import RunPlan
 from recipes.dqn.config import PAPER_ARMS, DDQNConfig, load_config
-from recipes.dqn.envs import check_env
+from recipes.dqn.env_ids import check_env
 
 SET_BY_APEX = ("env", "arm", "seed", "total_steps", "n_step", "device")
 """Fields of the learner's :class:`DDQNConfig` that :class:`ApexConfig` sets itself."""
@@ -235,7 +236,40 @@ def ray_cpus(config: ApexConfig) -> int:
 def start_ray(cpus: int) -> bool:
     """Start a local Ray of ``cpus`` logical CPUs unless one runs; whether it was started here (the
     caller then shuts it down)."""
+    import ray  # here: the config, its checks and --help do without Ray
+
     if ray.is_initialized():
         return False
     ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
     return True
+
+
+COMMANDS = ("train",)
+STUDIES = ("scaling", "compare")
+"""The commands of ``recipes/apex/studies.py``, refused by ``train``'s command line."""
+EPILOG = "Studies (throughput against actors, learning against one process): python -m recipes.apex."
+
+
+def parse_command(argv: Sequence[str] | None = None) -> ApexConfig:
+    """``train [options]``: the config of one run (a study's name is refused with the command to use)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in STUDIES:
+        print(f"error: {argv[0]} is a study: python -m recipes.apex {argv[0]}", file=sys.stderr)
+        raise SystemExit(2)
+    _, options = cli.subcommand(argv, COMMANDS, prog="python -m recipes.apex", epilog=EPILOG)
+    return cli.parse(ApexConfig, options, prog=PROG)
+
+
+def run_plan(config: ApexConfig) -> RunPlan:
+    """What ``train`` is about to run: no throughput of a configuration is recorded in a form that
+    applies to another, so the time is unknown unless the run has a time budget."""
+    return RunPlan(
+        command=PROG,
+        what=f"Ape-X, arm {config.arm}, {config.actors} actors x {config.envs_per_actor} environments "
+        f"on {config.env}",
+        steps=config.total_steps,
+        out_dir=str(run_dir(config)),
+        short="--total_steps 20000 --env CartPole-v1, or --time_budget_s 60",
+        unit="env steps",
+        time_budget_s=config.time_budget_s,
+    )

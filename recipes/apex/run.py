@@ -87,12 +87,21 @@ import torch
 
 from prisample.frame_stream import FrameStreamEncoder
 from prisample.ray import RemoteBatch, RemoteReplay, ReplayWriter
-from recipes.apex.config import PROG, ApexConfig, learner_config, rate_limit, ray_cpus, run_dir, start_ray
+from recipes.apex.config import (
+    ApexConfig,
+    learner_config,
+    parse_command,
+    rate_limit,
+    ray_cpus,
+    run_dir,
+    run_plan,
+    start_ray,
+)
 from recipes.apex.exploration import actor_epsilon
 from recipes.apex.fleet import ActorFleet, publish, start_actors
 from recipes.apex.nstep import FIELDS, NStepBuilder
 from recipes.apex.record import RunRecord, wire_nbytes
-from recipes.common import cli, outputs
+from recipes.common import launch, outputs
 from recipes.dqn.agent import act, double_dqn_td_error, make_learner, transition_targets
 from recipes.dqn.config import DDQNConfig
 from recipes.dqn.envs import EnvSpec, lives, make_env, seed_envs
@@ -412,10 +421,6 @@ def train(config: ApexConfig) -> dict[str, Any]:
     return record.write(totals, stats, learning)
 
 
-COMMANDS = ("train",)
-STUDIES = ("scaling", "compare")
-"""Commands of ``python -m recipes.apex`` (here before that module had its own entry point)."""
-EPILOG = "Studies (throughput against actors, learning against one process): python -m recipes.apex."
 SHOWN = (
     "steps",
     "updates",
@@ -431,13 +436,12 @@ SHOWN = (
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """``python -m recipes.apex train [options]``; ``--help`` lists them."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in STUDIES:
-        print(f"error: {argv[0]} is a study: python -m recipes.apex {argv[0]}", file=sys.stderr)
-        raise SystemExit(2)
-    _, options = cli.subcommand(argv, COMMANDS, prog="python -m recipes.apex", epilog=EPILOG)
-    result = train(cli.parse(ApexConfig, options, prog=PROG))
+    """``python -m recipes.apex train [options]``; ``--help`` lists them.  What will run is printed
+    first (and asked about on a terminal when over an hour; ``--yes`` does not ask)."""
+    yes, argv = launch.take_yes(sys.argv[1:] if argv is None else argv)
+    config = parse_command(argv)
+    launch.confirm(run_plan(config), yes)
+    result = train(config)
     print(outputs.json_text({key: result[key] for key in SHOWN}), end="")
     print(f"wrote {result['run_dir']}/apex_dqn.json")
     return result

@@ -341,8 +341,10 @@ class Command:
     imports no extra); the function takes the options after the command's name, or the whole
     line from the name on when ``takes_name`` (a function that parses several commands itself).
     ``parser``, when given, is the ``"module:function"`` that only parses the options (it takes
-    what ``target`` takes): ``--help`` calls it instead of ``target``, so that the help imports the
-    command's config and not the modules of its run (torch, Gymnasium).
+    what ``target`` takes, less ``--yes``): it is called first, so that ``--help`` and a command
+    line it refuses (a missing or a bad option) are answered from the command's config without
+    importing the modules of its run (torch, Gymnasium, Ray, Lightning); ``target`` then parses
+    the same line again and runs.
     """
 
     name: str
@@ -352,10 +354,13 @@ class Command:
     parser: str | None = None
 
     def run(self, options: Sequence[str]) -> Any:
-        """Import the target (the parser, for ``-h``/``--help``) and call it with the command line
-        it expects."""
-        asks_help = any(o in ("-h", "--help") for o in options)
-        target = self.parser if self.parser is not None and asks_help else self.target
+        """Call the parser (when there is one: it exits on ``--help`` or a bad line), then import
+        the target and call it, each with the command line it expects."""
+        if self.parser is not None:
+            self._call(self.parser, [o for o in options if o != "--yes"])
+        return self._call(self.target, options)
+
+    def _call(self, target: str, options: Sequence[str]) -> Any:
         module_name, _, function = target.partition(":")
         function_ = getattr(importlib.import_module(module_name), function)
         return function_([self.name, *options] if self.takes_name else list(options))

@@ -79,7 +79,8 @@ class RunPlan:
 
     ``rate`` is the throughput measured for this configuration (``exact``) or the fastest one measured
     for the recipe on any configuration (a lower bound on the time); ``None``: no measurement.  The
-    estimate is ``steps / rate`` seconds, at most ``time_budget_s`` when the run stops itself then.
+    estimate is ``steps / (rate · parallel)`` seconds (``parallel``: runs at once, each at ``rate``),
+    at most ``time_budget_s`` when the run stops itself then.
     """
 
     command: str
@@ -91,12 +92,13 @@ class RunPlan:
     exact: bool = False
     unit: str = "agent steps"
     time_budget_s: float | None = None
+    parallel: int = 1
 
     def estimate_s(self) -> float | None:
         """Seconds the run should take, ``None`` when unknown (see the class)."""
         if self.rate is None:
             return self.time_budget_s
-        seconds = self.steps / self.rate.steps_per_s
+        seconds = self.steps / (self.rate.steps_per_s * max(self.parallel, 1))
         return seconds if self.time_budget_s is None else min(seconds, self.time_budget_s)
 
     def estimate(self) -> str:
@@ -109,6 +111,8 @@ class RunPlan:
             return f"at most {duration(seconds)} (--time_budget_s)"
         assert self.rate is not None
         rate = f"{self.rate.steps_per_s:,.1f} {self.unit}/s"
+        if self.parallel > 1:
+            rate += f" per run, {self.parallel} runs at once"
         if self.exact:
             return (
                 f"about {duration(seconds)} at {rate}, measured for this configuration in {self.rate.cited()}"

@@ -23,14 +23,22 @@ COMMANDS = (
         "together",
         "several agents of one game trained together in one process (the Atari sweep's engine)",
         "recipes.dqn.together:main",
+        parser="recipes.dqn.together_config:parse_command",
     ),
     Command(
         "sweep",
         "every arm x seed [x grid point] of one environment, with its table and plot",
         "recipes.dqn.sweep:main",
         takes_name=True,
+        parser="recipes.dqn.sweep_config:parse_command",
     ),
-    Command("plot", "re-draw a sweep's PNG from its JSON", "recipes.dqn.sweep:main", takes_name=True),
+    Command(
+        "plot",
+        "re-draw a sweep's PNG from its JSON",
+        "recipes.dqn.sweep:main",
+        takes_name=True,
+        parser="recipes.dqn.sweep_config:parse_command",
+    ),
     Command(
         "atari-sweep",
         "several Atari games, one 'together' process each, and their aggregates",

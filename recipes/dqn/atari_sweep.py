@@ -29,9 +29,10 @@ from typing import Any
 
 import yaml
 
-from recipes.common import cli, outputs
-from recipes.dqn.config import CONFIG_DIR
-from recipes.dqn.envs import atari_rom, check_env
+from recipes.common import cli, launch, outputs
+from recipes.dqn.config import CONFIG_DIR, load_config
+from recipes.dqn.env_ids import atari_rom, check_env
+from recipes.dqn.plan import atari_sweep_plan
 
 
 def game_command(env: str, arms: str, seeds: int, protocol: str, sets: list[str], out: Path) -> list[str]:
@@ -53,6 +54,7 @@ def game_command(env: str, arms: str, seeds: int, protocol: str, sets: list[str]
         "0",
         "--out",
         str(out),
+        "--yes",  # the sweep asked once, before its games started
     ]
     for item in sets:
         command += ["--set", item]
@@ -111,7 +113,9 @@ def merge(games: list[str], game_jsons: list[Path], protocol: str, walls: dict[s
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """``python -m recipes.dqn atari-sweep [options]``: run the games, write ``--out`` and the
-    aggregates; ``--help`` lists the options."""
+    aggregates; ``--help`` lists the options.  What will run and its estimated time are printed
+    first, and asked about once on a terminal when over an hour (``--yes`` does not ask); the
+    games' ``together`` processes get ``--yes``, so that none asks again."""
     parser = cli.PlainHelpParser(prog="python -m recipes.dqn atari-sweep", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--games",
@@ -157,10 +161,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--plot", type=Path, default=None, help="PNG of scores and aggregates (default: beside --out)"
     )
+    yes, argv = launch.take_yes(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     games = [g for g in args.games.split(",") if g]
-    for env in games:
-        check_env(env)
+    try:
+        overrides = {**cli.field_overrides(args.set), "device": args.device}
+    except ValueError as error:
+        parser.error(str(error))
+    with cli.reporting():
+        for env in games:
+            check_env(env)
+        arms = [a for a in args.arms.split(",") if a]
+        per_game = [
+            [
+                load_config(env, arm, protocol=args.protocol, seed=s, **overrides)
+                for arm in arms
+                for s in range(args.seeds)
+            ]
+            for env in games
+        ]
+    launch.confirm(atari_sweep_plan(games, per_game, args.jobs or len(games), str(args.out)), yes)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         game_jsons = [Path(tmp) / f"{atari_rom(env)}.json" for env in games]
@@ -172,9 +192,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         walls = run_games(games, commands, args.jobs or len(games))
         result = merge(games, game_jsons, args.protocol, walls)
     result["wall_s"] = time.perf_counter() - started
-    result["command"] = outputs.argv_command(
-        "python -m recipes.dqn atari-sweep", sys.argv[1:] if argv is None else argv
-    )
+    result["command"] = outputs.argv_command("python -m recipes.dqn atari-sweep", argv)
     try:
         from recipes.dqn import stats as atari_stats
     except ImportError:  # the aggregates need recipes/dqn/stats.py

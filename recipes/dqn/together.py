@@ -36,21 +36,22 @@ import math
 import sys
 import time
 from dataclasses import asdict, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from recipes.common import cli, outputs
+from recipes.common import launch, outputs
 from recipes.dqn.agent import PriorityWrites, draw, make_learner, make_replay, observe, store, sync_target
-from recipes.dqn.config import ARMS, DDQNConfig, load_config
+from recipes.dqn.config import DDQNConfig, load_config
 from recipes.dqn.envs import SendRecv, lives, make_env, reset_with_seeds
 from recipes.dqn.loop import Schedules
 from recipes.dqn.networks import DQNRMSprop, QNetwork, optimizer_settings, resolve_device
 from recipes.dqn.parts import Timer
+from recipes.dqn.plan import together_plan
 from recipes.dqn.stacked import StackedQNetwork
+from recipes.dqn.together_config import PROG, parse_command
 from recipes.dqn.update import Batch, GraphedForward, HostCopy
 
 SHARED = (
@@ -333,57 +334,18 @@ def agent_configs(
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """``python -m recipes.dqn together [options]``: train the agents, write ``--out``; ``--help``
-    lists the options."""
-    parser = cli.PlainHelpParser(prog="python -m recipes.dqn together", description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--env",
-        default="ALE/Pong-v5",
-        help="Gymnasium id of the game every agent plays (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--arms",
-        default="uniform,proportional,rank",
-        help=f"arms, a comma list among {','.join(ARMS)} (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--seeds", type=int, default=3, help="agents per arm, seeds 0 .. seeds-1 (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--protocol",
-        default="atari100k",
-        help="a file of recipes/dqn/configs/protocols; '' for the family's preset alone "
-        "(default: %(default)s)",
-    )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="override a config field of every agent (YAML value), e.g. --set total_steps=4000 or "
-        "--set device=cuda; repeatable (default: none)",
-    )
-    parser.add_argument(
-        "--progress",
-        type=int,
-        default=1,
-        help="1: show a progress bar of agent steps; 0: none (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--out", type=Path, required=True, help="JSON file of the agents' scores and curves (required)"
-    )
-    args = parser.parse_args(argv)
-    try:
-        overrides = cli.field_overrides(args.set)
-    except ValueError as error:
-        parser.error(str(error))
+    lists the options.  What will run and its estimated time are printed first (and asked about on
+    a terminal when over an hour; ``--yes`` does not ask)."""
+    yes, argv = launch.take_yes(sys.argv[1:] if argv is None else argv)
+    args, overrides = parse_command(argv)
     arms = [a for a in args.arms.split(",") if a]
     cfgs = agent_configs(args.env, arms, args.seeds, args.protocol or None, progress=False, **overrides)
     cfgs = [replace(c, tensorboard=False) for c in cfgs]
+    what = f"{len(cfgs)} Double DQN agents ({args.arms} x {args.seeds} seeds) of {args.env} in one process"
+    launch.confirm(together_plan(cfgs, str(args.out), what, PROG), yes)
     torch.set_num_threads(cfgs[0].threads)
     result = train_together(cfgs, progress=bool(args.progress))
-    result["command"] = outputs.argv_command(
-        "python -m recipes.dqn together", sys.argv[1:] if argv is None else argv
-    )
+    result["command"] = outputs.argv_command(PROG, argv)
     result["device_name"] = torch.cuda.get_device_name(0) if cfgs[0].device.startswith("cuda") else "CPU"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     outputs.write_json(args.out, result, default=float)

@@ -31,6 +31,7 @@ COMMANDS = (
         "every arm x seed, the test-error curves and table (make demo runs it)",
         "recipes.imbalanced_mnist.experiment:main",
         takes_name=True,
+        parser="recipes.imbalanced_mnist.config:parse_compare",
     ),
     Command(
         "prepare", "find or download MNIST (or Fashion-MNIST) once", "recipes.imbalanced_mnist.data:prepare"

@@ -6,6 +6,7 @@ checked up front (``recipes/common/cli.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -81,3 +82,8 @@ class CompareConfig:
         if self.lr is not None:
             cli.positive(self, "lr")
         cli.one_of(self, "dataset", ("auto", "mnist", "fashion-mnist"))
+
+
+def parse_compare(argv: Sequence[str]) -> CompareConfig:
+    """``compare [options]`` (the command's name first): the comparison's config."""
+    return cli.parse(CompareConfig, list(argv)[1:], prog="python -m recipes.imbalanced_mnist compare")

@@ -58,7 +58,7 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Samp
 from prisample import IndexedDataset, PrioritizedSampler
 from prisample.distributed import DistributedPrioritizedSampler
 from prisample.lightning import PrioritizedSamplingCallback, batch_weights
-from recipes.common import cli, outputs
+from recipes.common import outputs
 from recipes.common.lightning_cli import (
     derived_seed,
     lightning_cli,
@@ -68,7 +68,7 @@ from recipes.common.lightning_cli import (
 from recipes.imbalanced_mnist import data as mnist_data
 from recipes.imbalanced_mnist import report as imbalanced_mnist_report
 from recipes.imbalanced_mnist.config import ARMS as ARMS  # importable from the recipe, as before
-from recipes.imbalanced_mnist.config import CONFIG_DIR, CompareConfig, fit_defaults
+from recipes.imbalanced_mnist.config import CONFIG_DIR, CompareConfig, fit_defaults, parse_compare
 from recipes.imbalanced_mnist.data import (
     DATASET_NAMES,
     Dataset,
@@ -439,8 +439,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["compare"], ["prepare"]):
         if argv[0] == "compare":
-            prog = "python -m recipes.imbalanced_mnist compare"
-            compare_main(cli.parse(CompareConfig, argv[1:], prog=prog))
+            compare_main(parse_compare(argv))
             return
         mnist_data.prepare(argv[1:], prog="python -m recipes.imbalanced_mnist prepare")
         return

@@ -17,5 +17,6 @@ COMMANDS = (
         "run",
         "the experiment: seven ways to draw and weight the minibatch; table, JSON and plots",
         "recipes.offpolicy.experiment:command",
+        parser="recipes.offpolicy.config:parse_command",
     ),
 )

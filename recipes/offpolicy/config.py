@@ -4,6 +4,7 @@ with one line naming the option (``recipes/common/cli.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -119,3 +120,8 @@ class OffPolicyConfig:
                 f"give a tolerance > 0 for every env ({env})",
                 self.tolerances,
             )
+
+
+def parse_command(argv: Sequence[str]) -> OffPolicyConfig:
+    """``run [options]``: the experiment's config (what ``--help`` lists)."""
+    return cli.parse(OffPolicyConfig, argv, prog="python -m recipes.offpolicy run")

@@ -25,8 +25,8 @@ import yaml
 
 from recipes.common import cli
 from recipes.dqn.config import ABLATION_ARMS, ARMS, CONFIG_DIR, DDQNConfig
-from recipes.dqn.envs import env_family
-from recipes.dqn.sweep import SweepConfig, sweep
+from recipes.dqn.env_ids import env_family
+from recipes.dqn.sweep_config import SweepConfig
 
 CARTPOLE = "CartPole-v1"
 BREAKOUT = "MinAtar/Breakout-v1"
@@ -112,4 +112,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     config = cli.parse(AblationConfig, argv, prog="python -m recipes.studies replay-ablation")
     with cli.reporting():
         sweeps = sweep_configs(config)  # every sweep checked before the first run starts
+    from recipes.dqn.sweep import sweep  # here: --help and the checks do without torch
+
     return {s.env: sweep(s) for s in sweeps}
