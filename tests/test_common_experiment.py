@@ -30,6 +30,7 @@ class ToyConfig:
 def test_an_experiment_parses_runs_and_writes_its_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    pytest.importorskip("jsonargparse")  # the recipes' command lines (the rl extra)
     written: list[tuple[list[int], ToyConfig, str]] = []
 
     def write(results: list[int], config: ToyConfig, runtime_s: float, command: str) -> list[Path]:

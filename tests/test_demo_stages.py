@@ -92,6 +92,7 @@ def test_prepare_explains_unless_told_not_to(
 ) -> None:
     """``prepare`` alone says how to get the data (without telling the user to run what the demo's
     script then runs itself); with ``--explain false`` it leaves the saying to the script."""
+    pytest.importorskip("jsonargparse")  # the recipes' command lines (the rl and lightning extras)
     monkeypatch.setattr(mnist_data, "download_mnist", lambda root, timeout=20.0: None)
     monkeypatch.setattr(mnist_data, "FASHION_MNIST_SYSTEM_DIR", tmp_path / "not_installed")
     for explain, said in (("false", False), ("true", True)):

@@ -276,17 +276,22 @@ def test_a_draws_tensors_take_the_device_path_whatever_the_devices_spelling(
 
 def test_devices_are_named_as_their_tensors_report_them(monkeypatch: pytest.MonkeyPatch) -> None:
     from prisample.replay.device import as_device, concrete_device
-    from recipes.dqn.networks import resolve_device
 
     for name in ("cpu", "cpu:0", torch.device("cpu", 0)):
         assert concrete_device(name) == torch.empty(0, device=name).device == torch.device("cpu")
         assert as_device(name) == torch.device("cpu")
-    assert resolve_device("cpu:0") == torch.device("cpu")
     assert as_device(None) is None
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     assert concrete_device("cuda") == torch.device("cuda", 1)  # the current device's index
     assert concrete_device("cuda:0") == torch.device("cuda", 0)
+
+
+def test_the_recipes_device_option_names_the_device_as_its_tensors_report_it() -> None:
+    pytest.importorskip("yaml")  # recipes.dqn reads its configs (the rl extra)
+    from recipes.dqn.networks import resolve_device
+
+    assert resolve_device("cpu:0") == torch.device("cpu") == torch.empty(0, device="cpu:0").device
 
 
 def _count_writes(replay: PrioritizedReplay, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
