@@ -24,8 +24,8 @@ from prisample.slot_sampler import SlotSampler, make_sampler
 @pytest.mark.parametrize(
     "build",
     [
-        lambda: PrioritizedSampler(8),
-        lambda: CorrectedSampler(8),
+        lambda: PrioritizedSampler(8, size=0),
+        lambda: CorrectedSampler(8, size=0),
         lambda: DevicePrioritizedSampler(8, device="cpu"),
         lambda: DevicePrioritizedSampler(8, backend="uniform"),
     ],
@@ -152,7 +152,7 @@ def test_priorities_on_is_checked(kw: dict[str, Any], match: str) -> None:
 
 
 def test_a_given_sampler_is_the_replays() -> None:
-    sampler = PrioritizedSampler(16, alpha=1.0, seed=0)
+    sampler = PrioritizedSampler(16, alpha=1.0, size=0, seed=0)
     replay = PrioritizedReplay(16, (2,), obs_dtype=np.float32, sampler=sampler)
     assert replay.sampler is sampler and replay.lock is sampler.lock
     _fill(replay)
@@ -174,10 +174,10 @@ def test_a_given_sampler_is_the_replays() -> None:
     ("make", "kw", "error", "match"),
     [
         (lambda: object(), {}, TypeError, "sampler should implement"),
-        (lambda: PrioritizedSampler(8), {}, ValueError, "capacity 8"),
+        (lambda: PrioritizedSampler(8, size=0), {}, ValueError, "capacity 8"),
         (lambda: PrioritizedSampler(16, size=2), {}, ValueError, "holding 2 slots"),
-        (lambda: PrioritizedSampler(16), {"alpha": 1.0}, ValueError, "alpha=1.0"),
-        (lambda: PrioritizedSampler(16), {"priorities_on": "cpu"}, ValueError, "priorities_on='cpu'"),
+        (lambda: PrioritizedSampler(16, size=0), {"alpha": 1.0}, ValueError, "alpha=1.0"),
+        (lambda: PrioritizedSampler(16, size=0), {"priorities_on": "cpu"}, ValueError, "priorities_on='cpu'"),
         (lambda: DevicePrioritizedSampler(16), {}, ValueError, "on the memory's device"),
     ],
 )
