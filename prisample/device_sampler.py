@@ -179,7 +179,21 @@ class DevicePrioritizedSampler(ScheduledBeta):
 
     @property
     def alpha(self) -> float:
+        """Prioritization exponent ``α``; setting it (a number, or a 0-d tensor or array holding
+        one) rebuilds the tree from the raw priorities, in place (synchronises: not for the hot
+        path).  ``ValueError`` naming it, nothing changed, when a mass ``(p + ε)^α`` would not fit
+        (as the host sampler's setter)."""
         return self._tree.alpha
+
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        alpha = check_real(value, "alpha", minimum=0.0)
+        with self._lock:
+            weighed = self.priorities if self.backend_name == "proportional" else NO_PRIORITIES
+            check_masses_fit(alpha, self.eps, self.capacity, weighed, "alpha", value)
+            raw = self._tree.raw[: self.capacity].clone()
+            self._tree.alpha = alpha
+            self._tree.load(raw)
 
     @property
     def eps(self) -> float:

@@ -89,8 +89,11 @@ class SlotSampler(Protocol):
 
     @property
     def alpha(self) -> float:
-        """Prioritization exponent ``α``."""
+        """Prioritization exponent ``α``; setting it rebuilds the distribution."""
         ...
+
+    @alpha.setter
+    def alpha(self, value: float) -> None: ...
 
     @property
     def eps(self) -> float:

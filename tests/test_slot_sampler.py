@@ -244,3 +244,18 @@ def test_the_trusted_update_still_refuses_an_empty_slot() -> None:
         replay.add(np.full(2, t), 0, 1.0, 0.9, np.full(2, t + 1))
     with pytest.raises(ValueError, match="slots that were added"):
         replay.update_priorities([0], [1.0], generations=[0])
+
+
+@pytest.mark.parametrize("build", [PrioritizedSampler, DevicePrioritizedSampler], ids=["host", "device"])
+def test_setting_alpha_rebuilds_the_distribution(build: Callable[..., Any]) -> None:
+    """Both samplers take a new ``α`` (the DQN recipe anneals it through ``replay.sampler``)."""
+    sampler = build(4, alpha=0.5, eps=0.0, size=0, seed=0)
+    sampler.add([0, 1, 2, 3])
+    sampler.update_priorities([0, 1, 2, 3], [1.0, 2.0, 3.0, 4.0])
+    sampler.alpha = 1.0
+    assert sampler.alpha == 1.0
+    np.testing.assert_allclose(np.asarray(sampler.probabilities([0, 1, 2, 3])), [0.1, 0.2, 0.3, 0.4])
+    with pytest.raises(ValueError, match="alpha"):
+        sampler.alpha = 1e6  # 4.0 ** 1e6 overflows
+    assert sampler.alpha == 1.0
+    np.testing.assert_allclose(np.asarray(sampler.probabilities([3])), [0.4])
