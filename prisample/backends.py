@@ -16,6 +16,13 @@ distribution they read from its class's capability attributes, never from its na
 * :attr:`~Backend.priority_masses`: ``P(i) = (p_i + ε)^α / Σ_k (p_k + ε)^α``, a slot's mass a
   function of its own priority (proportional): the masses must fit in a float64 sum, and with
   ``α = 1``, ``ε = 0`` the priorities are the probabilities.
+
+Where the priorities live is the other half of a sampler's choice: :func:`sampler_choice` reads
+a ``(backend, device)`` pair against the registry.  ``device=None`` keeps them on the host
+(:class:`~prisample.PrioritizedSampler`, numpy, every registered backend); a torch device puts
+them in tensors there (:class:`~prisample.device_sampler.DevicePrioritizedSampler`), for the
+backends registered as drawable there (:func:`device_backend_names`: proportional and uniform).
+``"device_<name>"`` is an alias of ``<name>`` on a device.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from prisample.rank import RankBackend
 from prisample.trees import OK, ArgMaxTree, PriorityTree, mass_limit, top_k
 
 __all__ = [
+    "DEVICE_ALIAS_PREFIX",
     "NO_PRIORITIES",
     "Backend",
     "GreedyBackend",
@@ -44,9 +52,11 @@ __all__ = [
     "bad_mass",
     "check_alpha_fits",
     "check_masses_fit",
+    "device_backend_names",
     "mass_error",
     "register_backend",
     "restore_backend",
+    "sampler_choice",
 ]
 
 
@@ -142,6 +152,52 @@ def backend_class(name: Any) -> type[Backend]:
     if not isinstance(name, str) or name not in _REGISTRY:
         raise ValueError(f"backend should be one of {backend_names()}, but got backend={short_repr(name)}")
     return _REGISTRY[name]
+
+
+DEVICE_ALIAS_PREFIX = "device_"
+"""``"device_<name>"`` names backend ``<name>`` with the priorities on a torch device."""
+
+_ON_DEVICE: tuple[str, ...] = ("proportional", "uniform")
+"""The backends :class:`~prisample.device_sampler.DevicePrioritizedSampler` draws from on a torch
+device (its :class:`~prisample.device_tree.DevicePriorityTree` holds a sum or a count; rank and
+greedy orders stay on the host)."""
+
+
+def device_backend_names() -> tuple[str, ...]:
+    """The backend names a sampler can hold on a torch device, in registration order."""
+    return tuple(name for name in _REGISTRY if name in _ON_DEVICE)
+
+
+def sampler_choice(backend: Any, device: Any) -> tuple[str, bool]:
+    """``(name, on_device)``: the registered backend that ``backend`` names and whether its
+    priorities live on a torch device, the one rule every sampler factory follows.
+
+    * a registered name with ``device=None``: that backend, on the host;
+    * a registered name with a device: that backend on the device, if it is one of
+      :func:`device_backend_names` (else ``ValueError`` naming both);
+    * ``"device_<name>"``: ``<name>`` on a device (an alias, whatever ``device`` is; the caller
+      says which device).
+
+    ``ValueError`` naming ``backend`` for any other value.
+    """
+    if isinstance(backend, str) and backend.startswith(DEVICE_ALIAS_PREFIX):
+        name = backend[len(DEVICE_ALIAS_PREFIX) :]
+        if name in device_backend_names():
+            return name, True
+        aliases = tuple(DEVICE_ALIAS_PREFIX + n for n in device_backend_names())
+        raise ValueError(
+            f"backend should be one of {backend_names()} or, with the priorities on a device, one of "
+            f"{aliases}, but got backend={short_repr(backend)}"
+        )
+    backend_class(backend)  # names it if unknown
+    if device is None:
+        return backend, False
+    if backend not in device_backend_names():
+        raise ValueError(
+            f"backend={backend!r} keeps its priorities on the host: with device={short_repr(device)} "
+            f"backend should be one of {device_backend_names()}, but got backend={backend!r}"
+        )
+    return backend, True
 
 
 def bad_mass(values: FloatArray, alpha: float, eps: float, capacity: int) -> int:

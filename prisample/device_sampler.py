@@ -4,7 +4,8 @@ draws and importance weights stay on one torch device; ``DeviceDraw``, the batch
 The distribution is :class:`~prisample.device_tree.DevicePriorityTree`'s, the random numbers a
 SplitMix64 stream on the device (``prisample/_device_rng.py``); the semantics are those of
 :class:`~prisample.PrioritizedSampler` with the ``"proportional"`` or ``"uniform"`` backend, and
-the checkpoint format is its own.
+the checkpoint format, the lock and the β schedule are the host sampler's
+(``prisample/_sampler_state.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 from prisample._capture import capturing
 from prisample._device_rng import SplitMix64, pcg64_to_word, word_to_pcg64
 from prisample._devices import concrete_device
-from prisample._sampler_state import STATE_VERSION, SamplerState
+from prisample._sampler_state import SamplerState, ScheduledBeta, sampler_state_dict
 from prisample._validation import (
     as_indices,
     as_priorities,
@@ -31,14 +32,15 @@ from prisample._validation import (
     check_size,
     short_repr,
 )
-from prisample.backends import NO_PRIORITIES, bad_mass, check_masses_fit, mass_error
+from prisample.backends import NO_PRIORITIES, bad_mass, check_masses_fit, device_backend_names, mass_error
 from prisample.device_tree import DevicePriorityTree
-from prisample.weights import LinearSchedule, WeightNorm, as_beta, as_weight_norm, beta_at, beta_to_state
+from prisample.weights import LinearSchedule, WeightNorm, as_weight_norm
 
-__all__ = ["DEVICE_BACKENDS", "DeviceDraw", "DevicePrioritizedSampler"]
+__all__ = ["DEVICE_BACKENDS", "DeviceDraw", "DevicePrioritizedSampler", "device_weights"]
 
-DEVICE_BACKENDS: tuple[str, ...] = ("proportional", "uniform")
-"""The distributions a device sampler draws from (rank and greedy stay on the host)."""
+DEVICE_BACKENDS: tuple[str, ...] = device_backend_names()
+"""The distributions a device sampler draws from (rank and greedy stay on the host): the
+registry's (:func:`~prisample.backends.device_backend_names`)."""
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -56,7 +58,35 @@ class DeviceDraw:
         return int(self.indices.shape[0])
 
 
-class DevicePrioritizedSampler:
+def device_weights(
+    p: torch.Tensor,
+    n: torch.Tensor,
+    beta: float | torch.Tensor,
+    normalize: WeightNorm,
+    min_probability: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The torch kernels' importance weights, float32: ``w_i = (N · P(i))^-β`` (Sec. 3.4) over
+    ``n`` valid slots (a 0-d tensor), normalised as ``normalize`` says (as the host's
+    :func:`~prisample.weights.importance_weights`): ``"memory"`` divides by ``max_j w_j =
+    (N · P_min)^-β``, i.e. ``w_i = (P_min / P(i))^β`` with ``P_min = min_probability`` (a 0-d
+    tensor); ``"batch"`` by the largest weight of ``p``; ``"none"`` leaves them raw, clipped to
+    float32's largest.  ``P(i) = 0`` gets weight 0.  A fixed sequence of tensor operations, no
+    host synchronisation."""
+    positive = p > 0.0
+    if normalize == "none":
+        w = ((n.to(torch.float64) * p) ** -beta).clamp(max=_FLOAT32_MAX)
+    else:
+        if normalize == "memory":
+            assert min_probability is not None, "the memory normalisation needs P_min"
+            low = min_probability
+        else:
+            low = torch.where(positive, p, math.inf).amin()
+        # The clamp guards against rounding: every slot has P(i) >= P_min.
+        w = (low / p).clamp(max=1.0) ** beta
+    return torch.where(positive, w, 0.0).to(torch.float32)
+
+
+class DevicePrioritizedSampler(ScheduledBeta):
     """Prioritized sampling over ``capacity`` slots on a torch ``device`` (Schaul et al. 2016).
 
     Raw priorities ``p_i`` (e.g. ``|δ_i|``) are stored; ``backend`` picks ``P(i)``:
@@ -110,12 +140,11 @@ class DevicePrioritizedSampler:
         seed: int | None = None,
         device: torch.device | str | None = None,
     ) -> None:
-        self._lock = threading.RLock()
         self.capacity = check_positive_int(capacity, "capacity")
         alpha = check_real(alpha, "alpha", minimum=0.0)
         eps = check_real(eps, "eps", minimum=0.0)
         check_masses_fit(alpha, eps, self.capacity, NO_PRIORITIES, "alpha", alpha)
-        self._beta = as_beta(beta)
+        self._start_schedule(beta, threading.RLock())
         if not isinstance(backend, str) or backend not in DEVICE_BACKENDS:
             raise ValueError(
                 f"backend should be one of {DEVICE_BACKENDS}, but got backend={short_repr(backend)}"
@@ -127,7 +156,6 @@ class DevicePrioritizedSampler:
         if seed is None:  # as the host sampler: reproducible under torch.manual_seed
             seed = int(torch.empty((), dtype=torch.int64).random_().item())
         self._rng = SplitMix64(check_seed(seed), self.device)
-        self._step = 0
         # β of the next draw, where a captured draw reads it (sent when it changes).
         self._beta_on_device = torch.zeros((), dtype=torch.float64, device=self.device)
         self._beta_sent: float | None = None
@@ -145,34 +173,31 @@ class DevicePrioritizedSampler:
 
     # -- parameters and reads -------------------------------------------------------------------
     @property
-    def lock(self) -> threading.RLock:
-        """The reentrant lock every public call holds; hold it to make several calls one step."""
-        return self._lock
-
-    @property
     def tree(self) -> DevicePriorityTree:
         """The distribution (:class:`~prisample.device_tree.DevicePriorityTree`), to read."""
         return self._tree
 
     @property
     def alpha(self) -> float:
+        """Prioritization exponent ``α``; setting it (a number, or a 0-d tensor or array holding
+        one) rebuilds the tree from the raw priorities, in place (synchronises: not for the hot
+        path).  ``ValueError`` naming it, nothing changed, when a mass ``(p + ε)^α`` would not fit
+        (as the host sampler's setter)."""
         return self._tree.alpha
+
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        alpha = check_real(value, "alpha", minimum=0.0)
+        with self._lock:
+            weighed = self.priorities if self.backend_name == "proportional" else NO_PRIORITIES
+            check_masses_fit(alpha, self.eps, self.capacity, weighed, "alpha", value)
+            raw = self._tree.raw[: self.capacity].clone()
+            self._tree.alpha = alpha
+            self._tree.load(raw)
 
     @property
     def eps(self) -> float:
         return self._tree.eps
-
-    @property
-    def beta(self) -> float:
-        """``β`` for the next draw (the schedule's value at the number of batches drawn)."""
-        with self._lock:
-            return beta_at(self._beta, self._step)
-
-    @beta.setter
-    def beta(self, value: float | LinearSchedule) -> None:
-        beta = as_beta(value)
-        with self._lock:
-            self._beta = beta
 
     @property
     def size(self) -> int:
@@ -185,21 +210,6 @@ class DevicePrioritizedSampler:
         """Number of non-empty slots ``N`` as a 0-d int64 tensor on the device (a copy)."""
         with self._lock:
             return self._tree.count.clone()
-
-    @property
-    def step(self) -> int:
-        """Batches drawn so far: the β schedule's step (a host counter)."""
-        with self._lock:
-            return self._step
-
-    @step.setter
-    def step(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"step should be an integer, but got step={short_repr(value)}")
-        if value < 0:
-            raise ValueError(f"step should be >= 0, but got step={value}")
-        with self._lock:
-            self._step = int(value)
 
     @property
     def rng_state(self) -> torch.Tensor:
@@ -381,26 +391,16 @@ class DevicePrioritizedSampler:
         """The host side of one :meth:`sample`: ``β`` at the schedule's step sent to the device
         (a fill, only when it changed) and the step advanced by one."""
         with self._lock:
-            beta = beta_at(self._beta, self._step)
+            beta = self._beta_now()
             if beta != self._beta_sent:
                 self._beta_on_device.fill_(beta)
                 self._beta_sent = beta
             self._step += 1
 
     def _weights(self, p: torch.Tensor, beta: float | torch.Tensor) -> torch.Tensor:
-        """``(N · P(i))^-β`` normalised by ``weight_norm``, float32; 0 where ``P(i) = 0``."""
-        positive = p > 0.0
-        if self.weight_norm == "none":
-            n = self._tree.count.to(torch.float64)
-            w = ((n * p) ** -beta).clamp(max=_FLOAT32_MAX)
-        else:
-            if self.weight_norm == "memory":
-                low = self._tree.min_probability()
-            else:
-                low = torch.where(positive, p, math.inf).amin()
-            # The clamp guards against rounding: every slot has P(i) >= P_min.
-            w = (low / p).clamp(max=1.0) ** beta
-        return torch.where(positive, w, 0.0).to(torch.float32)
+        """``(N · P(i))^-β`` normalised by ``weight_norm`` (:func:`device_weights`)."""
+        low = self._tree.min_probability() if self.weight_norm == "memory" else None
+        return device_weights(p, self._tree.count, beta, self.weight_norm, low)
 
     def probabilities(self, indices: Any) -> torch.Tensor:
         """Per-draw probabilities ``P(i)`` of filled slots (checked; float64 on the device)."""
@@ -411,7 +411,7 @@ class DevicePrioritizedSampler:
     def weights(self, indices: Any) -> torch.Tensor:
         """Importance weights of filled slots under the current distribution and ``β`` (checked)."""
         with self._lock:
-            return self._weights(self.probabilities(indices), beta_at(self._beta, self._step))
+            return self._weights(self.probabilities(indices), self._beta_now())
 
     # -- checkpointing --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -433,23 +433,26 @@ class DevicePrioritizedSampler:
             backend_state: dict[str, Any] = {}
             if self.backend_name == "uniform":
                 backend_state = {"dense": np.flatnonzero(~np.isnan(raw)).astype(np.int32)}
-            return {
-                "version": STATE_VERSION,
-                "capacity": self.capacity,
-                "backend": self.backend_name,
-                "alpha": self.alpha,
-                "eps": self.eps,
-                "beta": beta_to_state(self._beta),
-                "weight_norm": self.weight_norm,
-                "batch_size": self._batch_size,
-                "num_samples": self._num_samples,
-                "step": self._step,
-                "epoch": self._epoch,
-                "priorities": raw,
-                "corrections": None,
-                "backend_state": backend_state,
-                "rng": word_to_pcg64(self._rng.get_word()),
-            }
+            return sampler_state_dict(
+                capacity=self.capacity,
+                backend=self.backend_name,
+                alpha=self.alpha,
+                eps=self.eps,
+                beta=self._beta,
+                weight_norm=self.weight_norm,
+                batch_size=self._batch_size,
+                num_samples=self._num_samples,
+                step=self._step,
+                epoch=self._epoch,
+                priorities=raw,
+                backend_state=backend_state,
+                rng=word_to_pcg64(self._rng.get_word()),
+            )
+
+    def check_state_dict(self, state: dict[str, Any]) -> None:
+        """Raise ``ValueError``/``TypeError`` (naming the key) unless :meth:`load_state_dict`
+        would accept ``state``; changes nothing."""
+        SamplerState.from_dict(state, self.capacity, self.backend_name)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output, or a :class:`~prisample.PrioritizedSampler`'s of the

@@ -85,7 +85,10 @@ class SamplerLike(Protocol):
     @property
     def priorities(self) -> FloatArray: ...
 
-    def probabilities(self, indices: npt.ArrayLike) -> FloatArray: ...
+    def probabilities(self, indices: Any) -> Any:
+        """``P(i)`` of ``indices``: numpy, or a tensor on a device sampler's device (read to the
+        host here)."""
+        ...
 
 
 class DrawLike(Protocol):

@@ -13,14 +13,14 @@ import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Sampler
 
 from prisample._sampler_state import STATE_VERSION as STATE_VERSION
-from prisample._sampler_state import SamplerState
+from prisample._sampler_state import SamplerState, ScheduledBeta
 from prisample._validation import (
     as_indices,
     as_priorities,
@@ -44,9 +44,12 @@ from prisample.backends import (
     check_alpha_fits,
     check_masses_fit,
 )
-from prisample.weights import LinearSchedule, WeightNorm, as_beta, as_weight_norm, beta_at, weights_unchecked
+from prisample.weights import LinearSchedule, WeightNorm, as_weight_norm, weights_unchecked
 
 __all__ = ["STATE_VERSION", "Draw", "PrioritizedSampler", "as_batch_indices"]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 INDEXED_HINT = (
     "wrap the dataset in prisample.IndexedDataset so each batch carries its indices, and pass "
@@ -123,7 +126,7 @@ def _new_draw(
     return draw
 
 
-class PrioritizedSampler(Sampler[int]):
+class PrioritizedSampler(ScheduledBeta, Sampler[int]):
     """Prioritized sampling over ``capacity`` slots (Schaul et al. 2016).
 
     Raw priorities ``p_i`` (e.g. ``|δ_i|``) are stored; each backend derives its ``P(i)`` (Eq. 1):
@@ -194,12 +197,12 @@ class PrioritizedSampler(Sampler[int]):
         seed: int | None = None,
         lock: threading.RLock | None = None,
     ) -> None:
-        self._lock = check_lock(lock)
+        checked_lock = check_lock(lock)
         self.capacity = check_positive_int(capacity, "capacity")
         self._alpha = check_real(alpha, "alpha", minimum=0.0)
         self._eps = check_real(eps, "eps", minimum=0.0)
         check_masses_fit(self._alpha, self._eps, self.capacity, NO_PRIORITIES, "alpha", alpha)
-        self.beta = beta
+        self._start_schedule(beta, checked_lock)
         cls = backend_class(backend)
         self.backend_name: str = backend
         self.weight_norm = as_weight_norm(weight_norm)
@@ -207,7 +210,6 @@ class PrioritizedSampler(Sampler[int]):
         self.batch_size = check_positive_int(batch_size, "batch_size")
         self.num_samples = None if num_samples is None else check_num_samples(num_samples)
         self._rng = generator_from_seed(seed)
-        self._step = 0
         self.epoch = 0
         # Lag detection: the batches __iter__ drew lately (bytes of the indices -> draw number).
         self._iter_draws: dict[bytes, int] = {}
@@ -241,23 +243,6 @@ class PrioritizedSampler(Sampler[int]):
     @property
     def eps(self) -> float:
         return self._eps
-
-    @property
-    def beta(self) -> float:
-        """``β`` for the next draw (the schedule's value at the number of batches drawn).
-
-        Set a number in ``[0, 1]`` (or a 0-d tensor or array holding one) or a
-        :class:`~prisample.LinearSchedule`.  ``β > 1`` raises ``ValueError`` naming it, and
-        ``β`` stays as it was: the paper anneals ``β`` up to 1 (Sec. 3.4) and gives no meaning to
-        more, so a schedule should stop at 1 (TorchRL's schedulers: ``max_value=1.0``)."""
-        with self._lock:
-            return beta_at(self._beta, self._step)
-
-    @beta.setter
-    def beta(self, value: float | LinearSchedule) -> None:
-        beta = as_beta(value)
-        with self._lock:
-            self._beta = beta
 
     @property
     def size(self) -> int:
@@ -309,22 +294,6 @@ class PrioritizedSampler(Sampler[int]):
         sampler's methods write it.  :meth:`load_state_dict` replaces it."""
         return self._backend
 
-    @property
-    def lock(self) -> threading.RLock:
-        """The reentrant lock every public call holds (the one passed as ``lock=``, if any).
-
-        Hold it to make several calls one atomic step for other threads, e.g. a draw and the
-        gather of the data it names::
-
-            with sampler.lock:
-                draw = sampler.sample(32)
-                batch = storage[draw.indices]
-
-        Copies and unpickled samplers get a fresh lock; to copy or pickle a sampler that other
-        threads are writing to, hold its lock around the copy.
-        """
-        return self._lock
-
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._base_weights = cls._weights is PrioritizedSampler._weights
@@ -342,15 +311,21 @@ class PrioritizedSampler(Sampler[int]):
         self._lock = threading.RLock()
 
     # -- writes ---------------------------------------------------------------------------------
-    def add(self, indices: npt.ArrayLike) -> None:
-        """Mark slots as (re)written: they enter at :attr:`max_priority` (Algorithm 1, line 6)."""
-        idx = as_indices(indices)
+    def add(self, indices: npt.ArrayLike, *, checked: bool = True) -> None:
+        """Mark slots as (re)written: they enter at :attr:`max_priority` (Algorithm 1, line 6).
+
+        ``checked=False``: ``indices`` is trusted, an int64 array of slots in range (e.g. a
+        replay memory's own), and is neither converted nor checked."""
+        idx = as_indices(indices) if checked else cast(IntArray, indices)
         with self._lock:
-            check_slots(self._raw, idx, need_filled=False)
+            if checked:
+                check_slots(self._raw, idx, need_filled=False)
             self._backend.write(idx, np.full(idx.shape[0], self.max_priority))
             self._written(idx)
 
-    def update_priorities(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
+    def update_priorities(
+        self, indices: npt.ArrayLike, priorities: npt.ArrayLike, *, checked: bool = True
+    ) -> None:
         """Set raw priorities (``|δ|`` or a per-sample loss) of filled slots; last duplicate wins.
 
         Accepts numpy arrays, torch tensors (any device) and lists.  Nothing changes unless every
@@ -358,11 +333,23 @@ class PrioritizedSampler(Sampler[int]):
         ``indices`` is a batch that the sampler's iteration (a ``DataLoader``) drew before its
         latest draw, and once when it shows the ``DataLoader``'s ``batch_size`` differs from
         :attr:`batch_size` (see the class).
+
+        ``checked=False``: the caller converted and checked the input already (``indices`` an
+        int64 array of slots in range, ``priorities`` a float64 array of as many finite values
+        ``>= 0``, as :class:`~prisample.replay.PrioritizedReplay` passes them), so it is neither
+        converted nor checked again; only that every slot is filled is (``ValueError``, nothing
+        changed), against the sampler's own priorities.
         """
-        idx = as_batch_indices(indices)
-        values = as_priorities(priorities, idx.shape[0])
+        if checked:
+            idx = as_batch_indices(indices)
+            values = as_priorities(priorities, idx.shape[0])
+        else:
+            idx, values = cast(IntArray, indices), cast(FloatArray, priorities)
         with self._lock:
-            check_slots(self._raw, idx, values)
+            if checked:
+                check_slots(self._raw, idx, values)
+            else:
+                check_slots(self._raw, idx)
             self._backend.write(idx, values)
             self._written(idx)
             if self._iter_draws:
@@ -408,31 +395,38 @@ class PrioritizedSampler(Sampler[int]):
         )
         warnings.warn(message, UserWarning, stacklevel=3)
 
-    def write(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
+    def write(self, indices: npt.ArrayLike, priorities: npt.ArrayLike, *, checked: bool = True) -> None:
         """Removals and additions as one ordered write: ``priorities[j]`` NaN empties slot
         ``indices[j]`` (as :meth:`remove`), a finite value ``>= 0`` fills it at that raw priority
         (as :meth:`add` would at that maximum); in order, so a slot named twice keeps the last.
         Exactly the effect of the same :meth:`remove` and :meth:`add` calls made one entry at a
         time, in one call: a replay memory tells its sampler of a write's evictions and
         admissions here.  Nothing changes unless every index is in range and every value NaN or
-        finite and ``>= 0``.
+        finite and ``>= 0``.  ``checked=False``: trusted input, an int64 array of slots in range
+        and a float64 array of as many such values, neither converted nor checked.
         """
-        idx = as_indices(indices)
-        values = np.asarray(priorities, dtype=np.float64)
-        if values.shape != idx.shape:
-            raise ValueError(
-                f"priorities should have one value per index ({idx.shape[0]}), got {values.shape}"
-            )
+        if checked:
+            idx = as_indices(indices)
+            values = np.asarray(priorities, dtype=np.float64)
+            if values.shape != idx.shape:
+                raise ValueError(
+                    f"priorities should have one value per index ({idx.shape[0]}), got {values.shape}"
+                )
+        else:
+            idx, values = cast(IntArray, indices), cast(FloatArray, priorities)
         with self._lock:
-            check_write(self._raw, idx, values)
+            if checked:
+                check_write(self._raw, idx, values)
             self._backend.write(idx, values)
             self._written(idx)
 
-    def remove(self, indices: npt.ArrayLike) -> None:
-        """Empty slots: they are never drawn until added again."""
-        idx = as_indices(indices)
+    def remove(self, indices: npt.ArrayLike, *, checked: bool = True) -> None:
+        """Empty slots: they are never drawn until added again.  ``checked=False``: ``indices``
+        trusted (an int64 array of slots in range), neither converted nor checked."""
+        idx = as_indices(indices) if checked else cast(IntArray, indices)
         with self._lock:
-            check_slots(self._raw, idx, need_filled=False)
+            if checked:
+                check_slots(self._raw, idx, need_filled=False)
             self._backend.write(idx, np.full(idx.shape[0], np.nan))
             self._written(idx)
 
@@ -460,7 +454,7 @@ class PrioritizedSampler(Sampler[int]):
         """:meth:`sample`'s draw and weights for the proportional backend and this class's
         :meth:`_weights`, in one compiled call (:meth:`ProportionalBackend.sample_weighted`):
         the same batch."""
-        beta = beta_at(self._beta, self._step)
+        beta = self._beta_now()
         slots, probabilities, weights = backend.sample_weighted(k, self._rng, beta, self.weight_norm)
         if weights is None:  # P_min of the smallest positive priority (eps = 0): the general path
             weights = self._weights(slots, probabilities)
@@ -491,7 +485,7 @@ class PrioritizedSampler(Sampler[int]):
         if not self._backend.importance_sampling:  # greedy: the top k, no distribution to correct
             return np.ones(probabilities.shape[0], dtype=np.float32)
         min_probability = self._backend.min_probability() if self.weight_norm == "memory" else 1.0
-        beta = beta_at(self._beta, self._step)
+        beta = self._beta_now()
         return weights_unchecked(probabilities, self._backend.count, beta, self.weight_norm, min_probability)
 
     # -- torch Sampler protocol -----------------------------------------------------------------

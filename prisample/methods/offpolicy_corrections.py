@@ -42,7 +42,7 @@ True
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -244,16 +244,19 @@ class CorrectedSampler(PrioritizedSampler):
             return super().nbytes + (0 if self._factors is None else self._factors.nbytes)
 
     # -- writes ---------------------------------------------------------------------------------
-    def add(self, indices: npt.ArrayLike, *, corrections: npt.ArrayLike | None = None) -> None:
+    def add(
+        self, indices: npt.ArrayLike, *, corrections: npt.ArrayLike | None = None, checked: bool = True
+    ) -> None:
         """Mark slots as (re)written: they enter at :attr:`max_priority` (Algorithm 1, line 6).
 
         Their correction factors become ``corrections`` (one finite ``c >= 0`` per index, e.g.
         the importance ratio ``ρ`` of the transition written there), or 1 when it is ``None``.
+        ``checked=False``: ``indices`` trusted (:meth:`PrioritizedSampler.add`).
         """
-        idx = as_indices(indices)
+        idx = as_indices(indices) if checked else cast(IntArray, indices)
         factors = None if corrections is None else _check_factors(corrections, idx)
         with self.lock:
-            super().add(idx)
+            super().add(idx, checked=checked)
             if factors is not None:
                 self._write(idx, factors)
             elif self._factors is not None:
@@ -273,21 +276,21 @@ class CorrectedSampler(PrioritizedSampler):
             check_slots(self.backend.raw, idx)
             self._write(idx, factors)
 
-    def remove(self, indices: npt.ArrayLike) -> None:
+    def remove(self, indices: npt.ArrayLike, *, checked: bool = True) -> None:
         """Empty slots (and drop their factors): they are never drawn until added again."""
-        idx = as_indices(indices)
+        idx = as_indices(indices) if checked else cast(IntArray, indices)
         with self.lock:
-            super().remove(idx)
+            super().remove(idx, checked=checked)
             if self._factors is not None:
                 self._factors.write(idx, np.full(idx.shape[0], np.nan))
 
-    def write(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
+    def write(self, indices: npt.ArrayLike, priorities: npt.ArrayLike, *, checked: bool = True) -> None:
         """:meth:`PrioritizedSampler.write`; emptied slots drop their factors, filled ones get 1
         (as :meth:`remove` and :meth:`add` without ``corrections``)."""
-        idx = as_indices(indices)
+        idx = as_indices(indices) if checked else cast(IntArray, indices)
         values = np.asarray(priorities, dtype=np.float64)
         with self.lock:
-            super().write(idx, values)
+            super().write(idx, values, checked=checked)
             if self._factors is not None:
                 self._factors.write(idx, np.where(np.isnan(values), np.nan, 1.0))
 

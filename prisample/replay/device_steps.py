@@ -1,7 +1,8 @@
 """The steps of a prioritized replay whose priorities live on the device.
 
 :class:`DeviceSteps` gives :class:`~prisample.replay.PrioritizedReplay` with
-``backend="device_proportional"`` or ``"device_uniform"`` its device side: new transitions
+its priorities on the memory's device (``priorities_on=device``, or ``backend="device_proportional"``
+/ ``"device_uniform"``) its device side: new transitions
 entering at the device's maximum, draws gathered from the device mirrors, priority updates whose
 generations are checked there, and the draw record and the dropped count kept there, all without
 reading a value back to the host (Schaul et al. 2016, Algorithm 1, lines 6 and 8-12).
@@ -22,25 +23,13 @@ from prisample.replay.batch import ReplayBatch
 from prisample.replay.eviction import events
 from prisample.replay.memory import Inserted, ReplayMemory
 
-__all__ = ["DEVICE_PREFIX", "DeviceSteps", "check_on_device"]
+__all__ = ["DeviceSteps"]
 
 IntArray = npt.NDArray[np.int64]
-
-DEVICE_PREFIX = "device_"
-"""The prefix of the device backends' names (``device_proportional``, ``device_uniform``)."""
 
 _READ_AROUND = 64
 """The most evictions whose maximum is read around (``O(k²)`` work per tree level) so that an
 add evicts and enters in one write; more are removed in a write of their own first."""
-
-
-def check_on_device(backend: str, device: Any, eviction: str) -> None:
-    """A device backend's requirements: a device and FIFO eviction."""
-    if device is None or eviction != "fifo":
-        raise ValueError(
-            f"backend={backend!r} keeps the priorities on the memory's device and needs device= set "
-            f"and eviction='fifo', but got device={device!r}, eviction={eviction!r}"
-        )
 
 
 class DeviceSteps:
@@ -153,7 +142,9 @@ class DeviceSteps:
 
     def _sampler_on_device(self) -> DevicePrioritizedSampler:
         if self._device_sampler is None:
-            raise ValueError("this needs the priorities on the device (backend='device_*')")
+            raise ValueError(
+                "this needs the priorities on the device (priorities_on=device, or backend='device_*')"
+            )
         return self._device_sampler
 
     def _device_step_tensors(self) -> list[torch.Tensor]:

@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from prisample.order import SortedOrder
 from prisample.replay.memory import Inserted, ReplayMemory
-from prisample.sampler import PrioritizedSampler
+from prisample.slot_sampler import SlotSampler
 
 __all__ = ["EVICTIONS", "Eviction", "FifoEviction", "PriorityEviction", "check_eviction", "make_eviction"]
 
@@ -94,7 +94,7 @@ class Eviction:
     def undo(self, memory: ReplayMemory, swaps: Swaps) -> None:
         """Take back :meth:`arrange` (after a write that was rejected)."""
 
-    def moved(self, sampler: PrioritizedSampler, swaps: Swaps) -> None:
+    def moved(self, sampler: SlotSampler, swaps: Swaps) -> None:
         """After a write, before the sampler hears of it: the sampler's side of the ``swaps``
         that :meth:`arrange` made (priorities move with their transitions)."""
 
@@ -198,7 +198,7 @@ class PriorityEviction(Eviction):
         generation[~np.isnan(values)] = head + np.arange(n, dtype=np.int64)
         self.order.write(slots, values, generation)
 
-    def moved(self, sampler: PrioritizedSampler, swaps: Swaps) -> None:
+    def moved(self, sampler: SlotSampler, swaps: Swaps) -> None:
         if not swaps:
             return
         content: dict[int, tuple[float, int]] = {}

@@ -18,19 +18,22 @@ from prisample._validation import (
     as_priorities,
     check_finite_priorities,
     check_positive_int,
+    short_repr,
 )
+from prisample.backends import sampler_choice
 from prisample.device_sampler import DevicePrioritizedSampler
 from prisample.replay._rows import last_rows
 from prisample.replay.batch import ReplayBatch
 from prisample.replay.device import as_device
-from prisample.replay.device_steps import DEVICE_PREFIX, DeviceSteps, check_on_device
+from prisample.replay.device_steps import DeviceSteps
 from prisample.replay.eviction import Swaps, check_eviction, events, make_eviction
 from prisample.replay.frames import reserve_rows
 from prisample.replay.memory import Inserted, ReplayMemory
 from prisample.replay.prefetch import Prefetcher
 from prisample.replay.replay_checkpoint import REPLAY_STATE_VERSION, ReplayCheckpoint
 from prisample.replay.writes import AddRequest, TransitionWrites, WriteRequest
-from prisample.sampler import Draw, PrioritizedSampler
+from prisample.sampler import Draw
+from prisample.slot_sampler import SlotSampler, make_sampler
 from prisample.weights import LinearSchedule, WeightNorm
 
 __all__ = ["REPLAY_STATE_VERSION", "PrioritizedReplay"]
@@ -72,11 +75,23 @@ class PrioritizedReplay(TransitionWrites, DeviceSteps, ReplayCheckpoint):
     priorities).  With a smaller ``frame_capacity`` the pool may run short, and then extra
     transitions leave in ring order (oldest position first), as under ``"fifo"``.
 
-    ``backend="device_proportional"`` or ``"device_uniform"`` (with ``device=`` and
-    ``eviction="fifo"``) keeps the priorities on the memory's device
-    (:class:`~prisample.device_sampler.DevicePrioritizedSampler`): :meth:`sample` draws and
-    gathers there and :meth:`update_priorities` of device tensors checks the generations there,
-    with no host synchronisation on the step.
+    Where the priorities live is chosen apart from where batches go.  ``device=`` is the
+    memory's device: batches are gathered there, and the priorities stay in host memory
+    (:class:`~prisample.PrioritizedSampler`, every backend).  ``priorities_on=`` (that same
+    device) keeps the priorities there too
+    (:class:`~prisample.device_sampler.DevicePrioritizedSampler`, backends ``"proportional"`` and
+    ``"uniform"``, ``eviction="fifo"``): :meth:`sample` draws and gathers there and
+    :meth:`update_priorities` of device tensors checks the generations there, with no host
+    synchronisation on the step.  ``backend="device_proportional"`` and ``"device_uniform"`` are
+    aliases of ``backend="proportional"`` / ``"uniform"`` with ``priorities_on=device``.  The
+    choice follows the backend registry (:func:`~prisample.backends.sampler_choice`) and the
+    sampler is built by :func:`~prisample.slot_sampler.make_sampler`.
+
+    ``sampler=`` passes a ready-made, empty sampler of ``capacity`` slots instead (anything
+    implementing :class:`~prisample.slot_sampler.SlotSampler`); ``alpha``, ``beta``, ``eps``,
+    ``backend``, ``weight_norm``, ``seed`` and ``priorities_on`` then stay unset.  A
+    :class:`~prisample.device_sampler.DevicePrioritizedSampler` on the memory's device takes the
+    device path, any other sampler the host path (numpy in and out).
 
     Thread-safe: every public method holds :attr:`lock` (the sampler's reentrant lock) for its
     whole effect — the memory write with the sampler's removals and additions, the draw with the
@@ -117,6 +132,8 @@ class PrioritizedReplay(TransitionWrites, DeviceSteps, ReplayCheckpoint):
         weight_norm: WeightNorm = "memory",
         seed: int | None = None,
         eviction: str = "fifo",
+        priorities_on: Any = None,
+        sampler: SlotSampler | None = None,
     ) -> None:
         self.eviction = check_eviction(eviction)
         """``"fifo"``: the oldest transition leaves a full memory; ``"priority"``: the lowest."""
@@ -136,26 +153,29 @@ class PrioritizedReplay(TransitionWrites, DeviceSteps, ReplayCheckpoint):
             frame_capacity = (stack + 1) * check_positive_int(capacity, "capacity") + reserve_rows(
                 stack, check_positive_int(num_streams, "num_streams")
             )
-        self.on_device = isinstance(backend, str) and backend.startswith(DEVICE_PREFIX)
-        """The priorities live on the memory's device (``backend="device_proportional"`` or
-        ``"device_uniform"``): draws, gathers and priority updates run there without the host."""
-        sampler_class: Any = PrioritizedSampler
-        sampler_options: dict[str, Any] = {}
-        if self.on_device:
-            check_on_device(backend, device, self.eviction)
-            backend = backend[len(DEVICE_PREFIX) :]
-            sampler_class, sampler_options = DevicePrioritizedSampler, {"device": as_device(device)}
-        self.sampler: PrioritizedSampler = sampler_class(
-            check_positive_int(capacity, "capacity"),
-            alpha=alpha,
-            beta=beta,
-            eps=eps,
-            backend=backend,
-            weight_norm=weight_norm,
-            size=0,
-            seed=seed,
-            **sampler_options,
-        )
+        if sampler is None:
+            name, sampler_device = _sampler_place(backend, priorities_on, device, self.eviction)
+            sampler = make_sampler(
+                check_positive_int(capacity, "capacity"),
+                backend=name,
+                device=sampler_device,
+                alpha=alpha,
+                beta=beta,
+                eps=eps,
+                weight_norm=weight_norm,
+                size=0,
+                seed=seed,
+            )
+        else:
+            given: dict[str, Any] = {"alpha": alpha, "beta": beta, "eps": eps, "backend": backend}
+            given |= {"weight_norm": weight_norm, "seed": seed, "priorities_on": priorities_on}
+            _check_given_sampler(sampler, capacity, device, self.eviction, given)
+        self.sampler: SlotSampler = sampler
+        """The prioritized sampler over the memory's slots (:class:`~prisample.slot_sampler.SlotSampler`)."""
+        self.on_device = isinstance(sampler, DevicePrioritizedSampler)
+        """The priorities live on the memory's device (a
+        :class:`~prisample.device_sampler.DevicePrioritizedSampler`): draws, gathers and priority
+        updates run there without the host."""
         self.memory = ReplayMemory(
             capacity,
             obs_shape,
@@ -344,7 +364,7 @@ class PrioritizedReplay(TransitionWrites, DeviceSteps, ReplayCheckpoint):
                     "drawn once its window is complete (n_step transitions later on its stream, or at the "
                     f"end of its episode), and none of the {len(self.memory)} stored is"
                 )
-            draw = self.sampler.sample(k)
+            draw = cast(Draw, self.sampler.sample(k))  # a host sampler's: numpy
             batch, live = self.memory.read_drawn(draw.indices, draw.weights)
             generation = self._eviction.generations(draw.indices, live)
             if generation is not live:  # moved transitions keep their generations
@@ -417,7 +437,9 @@ class PrioritizedReplay(TransitionWrites, DeviceSteps, ReplayCheckpoint):
                 self._dropped += int(keep.shape[0] - np.count_nonzero(keep))
                 idx, values = idx[keep], values[keep]
             if idx.shape[0]:
-                self.sampler.update_priorities(idx, values)
+                # converted and checked above: the sampler takes them as they are (a device
+                # sampler's trusted path would also skip its mass and filled-slot checks)
+                self.sampler.update_priorities(idx, values, checked=self.on_device)
                 self._eviction.updated(idx, values)
 
     def generations(self, slots: npt.ArrayLike) -> IntArray:
@@ -438,6 +460,81 @@ class PrioritizedReplay(TransitionWrites, DeviceSteps, ReplayCheckpoint):
             if not np.array_equal(filled, self.memory.drawable(np.arange(self.capacity))):
                 raise ValueError("sampler should be filled exactly in the memory's drawable slots")
             self._eviction.check(self.sampler.priorities)
+
+
+_SAMPLER_DEFAULTS: dict[str, Any] = {
+    "alpha": 0.6,
+    "beta": 0.4,
+    "eps": 1e-6,
+    "backend": "proportional",
+    "weight_norm": "memory",
+    "seed": None,
+    "priorities_on": None,
+}
+"""The constructor's sampler arguments at their defaults: what they must be beside ``sampler=``."""
+
+
+def _sampler_place(backend: Any, priorities_on: Any, device: Any, eviction: str) -> tuple[str, Any]:
+    """The registered backend and the device of the replay's sampler: ``None`` (the host) unless
+    ``priorities_on`` is given or ``backend`` is a ``"device_<name>"`` alias, and then the
+    memory's ``device``, which must be set, equal ``priorities_on`` if that is given, and go with
+    FIFO eviction; ``ValueError`` naming the arguments otherwise."""
+    name, on_device = sampler_choice(backend, priorities_on)
+    if not on_device:
+        return name, None
+    if device is None or eviction != "fifo":
+        raise ValueError(
+            f"backend={backend!r} with priorities_on={short_repr(priorities_on)} keeps the priorities on "
+            f"the memory's device and needs device= set and eviction='fifo', but got device={device!r}, "
+            f"eviction={eviction!r}"
+        )
+    memory_device = as_device(device)
+    if priorities_on is not None:
+        try:
+            place = as_device(priorities_on)
+        except (TypeError, ValueError):
+            place = None
+        if place != memory_device:
+            raise ValueError(
+                f"priorities_on should be None or the memory's device ({memory_device}), but got "
+                f"priorities_on={short_repr(priorities_on)}"
+            )
+    return name, memory_device
+
+
+def _check_given_sampler(
+    sampler: Any, capacity: Any, device: Any, eviction: str, given: dict[str, Any]
+) -> None:
+    """``sampler=`` must implement :class:`~prisample.slot_sampler.SlotSampler`, hold
+    ``capacity`` empty slots and come without the arguments that would build one; a device
+    sampler must be on the memory's ``device``, with FIFO eviction."""
+    if not isinstance(sampler, SlotSampler):
+        raise TypeError(
+            f"sampler should implement prisample.slot_sampler.SlotSampler (e.g. a PrioritizedSampler), "
+            f"but got sampler={short_repr(sampler)}"
+        )
+    set_too = [key for key, value in given.items() if not _is_default(value, _SAMPLER_DEFAULTS[key])]
+    if set_too:
+        raise ValueError(
+            f"sampler= replaces the arguments that build one: {', '.join(set_too)} should be left "
+            f"unset, but got {', '.join(f'{key}={short_repr(given[key])}' for key in set_too)}"
+        )
+    if sampler.capacity != check_positive_int(capacity, "capacity") or sampler.size != 0:
+        raise ValueError(
+            f"sampler should be empty and of the memory's capacity ({capacity}), but got a sampler of "
+            f"capacity {sampler.capacity} holding {sampler.size} slots"
+        )
+    if isinstance(sampler, DevicePrioritizedSampler) and (
+        as_device(device) != sampler.device or eviction != "fifo"
+    ):
+        raise ValueError(
+            f"a DevicePrioritizedSampler should be on the memory's device with eviction='fifo', but got "
+            f"sampler.device={sampler.device}, device={device!r}, eviction={eviction!r}"
+        )
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    return value is default or (type(value) is type(default) and value == default)
 
 
 class _Write:

@@ -20,7 +20,7 @@ from prisample.replay._checks import as_state_array, check_keys
 from prisample.replay.checkpoint import CheckedState
 from prisample.replay.eviction import Eviction
 from prisample.replay.memory import ReplayMemory
-from prisample.sampler import PrioritizedSampler
+from prisample.slot_sampler import SlotSampler
 
 __all__ = ["REPLAY_STATE_VERSION", "ReplayCheckpoint"]
 
@@ -37,7 +37,7 @@ class ReplayCheckpoint:
     :class:`~prisample.replay.PrioritizedReplay`, whose sampler, memory, draw record and eviction
     strategy they read and assign)."""
 
-    sampler: PrioritizedSampler
+    sampler: SlotSampler
     memory: ReplayMemory
     eviction: str
     dropped_updates: int
