@@ -306,7 +306,8 @@ class DevicePrioritizedSampler:
                 slots = self._checked_slots(indices, need_filled=False)[1]
             else:
                 slots = self._tensor(indices, torch.int64)
-            self._tree.write(slots, self._max_priority().expand(slots.shape[0]))
+            if slots.shape[0]:  # known from the shape: an empty add issues nothing
+                self._tree.write(slots, self._max_priority().expand(slots.shape[0]))
 
     def write(self, indices: Any, priorities: Any, *, checked: bool = True) -> None:
         """Removals and additions as one ordered write: ``priorities[j]`` NaN empties slot
@@ -328,9 +329,10 @@ class DevicePrioritizedSampler:
                 slots = self._checked_slots(indices, need_filled=False)[1]
             else:
                 slots = self._tensor(indices, torch.int64)
-            self._tree.write(
-                slots, torch.full(slots.shape, math.nan, dtype=torch.float64, device=self.device)
-            )
+            if slots.shape[0]:  # known from the shape: an empty removal issues nothing
+                self._tree.write(
+                    slots, torch.full(slots.shape, math.nan, dtype=torch.float64, device=self.device)
+                )
 
     def update_priorities(
         self, indices: Any, priorities: Any, *, checked: bool = True, keep: Any = None
@@ -373,7 +375,7 @@ class DevicePrioritizedSampler:
         with self._lock:
             if not capturing():
                 self.stage_draw()
-            slots, probabilities = self._tree.stratified(self._rng.uniform(k))
+            slots, probabilities = self._tree.draw(self._rng, k)
             weights = self._weights(probabilities, self._beta_on_device)
         return DeviceDraw(slots, weights, probabilities)
 
@@ -391,7 +393,7 @@ class DevicePrioritizedSampler:
         """``(N · P(i))^-β`` normalised by ``weight_norm``, float32; 0 where ``P(i) = 0``."""
         positive = p > 0.0
         if self.weight_norm == "none":
-            n = self._tree.count.to(torch.float64)
+            n = self._tree.root[1]  # the exact count, already float64
             w = ((n * p) ** -beta).clamp(max=_FLOAT32_MAX)
         else:
             if self.weight_norm == "memory":
