@@ -3,7 +3,8 @@ does not change, and the number of kernels a CUDA graph of the same call launche
 
 :class:`OpCounter` is a ``TorchDispatchMode`` that counts every ATen operation dispatched while it
 is active; an operation that only makes a view (``view``, ``slice``, ``select``, ``detach``, ...)
-launches no kernel and is counted apart, so ``kernels`` is what a graph replays.
+or allocates (``empty``) launches no kernel and is counted apart, so ``kernels`` is what a graph
+replays.
 :func:`replay_step_counts` counts, for the tensor-operation path (what runs on CPU, and on CUDA
 without Triton) and for the fused path (``prisample/_device_kernels.py``'s kernels, each counted
 as the one launch it is on CUDA; run here by the tensor path, uncounted, as they compute the
@@ -36,9 +37,14 @@ FULL_N = 1024
 """The capacity of the full memory whose ``add_many`` (with evictions) is counted."""
 
 
+# Operations that allocate and launch nothing.
+_ALLOCATIONS = (torch.ops.aten.empty, torch.ops.aten.empty_strided, torch.ops.aten.empty_like)
+
+
 class OpCounter(TorchDispatchMode):  # type: ignore[no-untyped-call,unused-ignore]
     """Counts the ATen operations dispatched while active: :attr:`ops` all of them by name,
-    :attr:`kernels` those that compute (every operation but the view-making ones)."""
+    :attr:`kernels` those that compute (every operation but the view-making ones and the
+    allocations, ``empty``)."""
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call,unused-ignore]
@@ -51,7 +57,7 @@ class OpCounter(TorchDispatchMode):  # type: ignore[no-untyped-call,unused-ignor
     ) -> Any:
         if not self._paused:
             self.ops[str(func.overloadpacket.__name__)] += 1
-            self.kernels += not func.is_view
+            self.kernels += not func.is_view and func.overloadpacket not in _ALLOCATIONS
         return func(*args, **(kwargs or {}))
 
     def launch(self, name: str) -> None:
@@ -90,7 +96,7 @@ def count_ops(fn: Callable[[], Any]) -> dict[str, int]:
 
 @contextlib.contextmanager
 def kernels_as_launches() -> Iterator[None]:
-    """Inside, the fused draw and climb of ``prisample/_device_kernels.py`` run as the tensor
+    """Inside, the fused draw and write of ``prisample/_device_kernels.py`` run as the tensor
     path (the same results) and each counts as one launch in the active :func:`count_ops`."""
     from prisample import _device_kernels
     from prisample._device_rng import uniform
@@ -102,18 +108,22 @@ def kernels_as_launches() -> Iterator[None]:
             _counters[-1].launch("triton_draw")
         return cast(tuple[torch.Tensor, torch.Tensor], out)
 
-    def climb(tree: Any, slots: torch.Tensor, leaves: torch.Tensor) -> None:
+    def write(tree: Any, slots: torch.Tensor, values: torch.Tensor, masses: Any, keep: Any) -> None:
         with _counters[-1].paused() if _counters else contextlib.nullcontext():
-            tree.climb(slots, leaves)
+            tree.fused = False
+            try:
+                tree.write(slots, values, keep)
+            finally:
+                tree.fused = True
         if _counters:
-            _counters[-1].launch("triton_climb")
+            _counters[-1].launch("triton_write")
 
-    saved = _device_kernels.draw, _device_kernels.climb
-    _device_kernels.draw, _device_kernels.climb = draw, climb
+    saved = _device_kernels.draw, _device_kernels.write
+    _device_kernels.draw, _device_kernels.write = draw, write
     try:
         yield
     finally:
-        _device_kernels.draw, _device_kernels.climb = saved
+        _device_kernels.draw, _device_kernels.write = saved
 
 
 def replay_step_counts(
@@ -181,7 +191,7 @@ def step_counts(n: int = 10**6, streams: int = 8, batch: int = 32) -> dict[str, 
         "streams": streams,
         "batch": batch,
         "full_n": FULL_N,
-        "counted": "ATen operations on CPU tensors (TorchDispatchMode); kernels: all but views",
+        "counted": "ATen operations on CPU tensors (TorchDispatchMode); kernels: all but views, allocations",
         "tensor_ops": replay_step_counts(n, streams, batch),
         "fused": replay_step_counts(n, streams, batch, fused=True),
     }

@@ -1,5 +1,5 @@
 """Triton kernels for :class:`~prisample.device_tree.DevicePriorityTree` on CUDA: a whole draw
-and a whole write's climb each as one kernel, where the tensor-operation path launches a handful
+and a whole write each as one kernel, where the tensor-operation path launches a handful
 of kernels per tree level.
 
 * :func:`draw`: ``k`` SplitMix64 uniforms from the stream's state (which it advances by ``k``),
@@ -7,8 +7,11 @@ of kernels per tree level.
   per-draw probabilities ``P(i) = m_i / total``: :meth:`DevicePriorityTree.stratified
   <prisample.device_tree.DevicePriorityTree.stratified>` of
   :meth:`SplitMix64.uniform <prisample._device_rng.SplitMix64.uniform>`, in one program.
-* :func:`climb`: the leaf rows of a write stored, then every ancestor recomputed from its 8
-  children level by level (a barrier between levels), up to the root, in one program.
+* :func:`write`: :meth:`DevicePriorityTree.write <prisample.device_tree.DevicePriorityTree.write>`
+  in one program: each slot's last kept entry found (a pass over the entries), its raw priority
+  and leaf row ``[m_i, 1, p_i, -m_i]`` stored (the masses ``m_i = (p_i + ε)^α`` of every entry
+  come in, computed by torch's ``pow`` as on the tensor path), then every ancestor recomputed
+  from its 8 children level by level (a barrier between levels), up to the root.
 
 Both do the tensor path's floating-point operations in its order (sequential prefix sums of 8
 children, the pairwise 8-way sum, IEEE division), so they return the same bits; with
@@ -32,7 +35,7 @@ import torch
 if TYPE_CHECKING:
     from prisample.device_tree import DevicePriorityTree
 
-__all__ = ["MAX_BATCH", "available", "climb", "draw"]
+__all__ = ["MAX_BATCH", "available", "draw", "write"]
 
 MAX_BATCH = 1024
 """The largest draw or write one program handles."""
@@ -96,12 +99,43 @@ def _build(interpret: bool) -> SimpleNamespace:
         tl.store(state, advanced.to(tl.int64, bitcast=True))
 
     @triton.jit  # type: ignore[untyped-decorator,misc,unused-ignore]
-    def climb_kernel(flat, starts, slots, leaves, k, LEVELS: tl.constexpr, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+    def write_kernel(  # type: ignore[no-untyped-def]
+        raw,
+        flat,
+        starts,
+        slots,
+        values,
+        masses,
+        keep,
+        k,
+        UNIFORM: tl.constexpr,
+        KEEP: tl.constexpr,
+        LEVELS: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
         i = tl.arange(0, BLOCK)
         live = i < k
         row = tl.load(slots + i, mask=live, other=0)
-        for c in tl.static_range(4):
-            tl.store(flat + row * 4 + c, tl.load(leaves + i * 4 + c, mask=live, other=0.0), mask=live)
+        # each entry's slot's last kept entry (-1: none kept, the slot keeps its value)
+        last = tl.full([BLOCK], -1, tl.int32)
+        for j in range(0, k):
+            hit = row == tl.load(slots + j)
+            if KEEP:
+                hit = hit & (tl.load(keep + j) != 0)
+            last = tl.where(hit, j, last)
+        written = live & (last >= 0)
+        value = tl.load(values + last, mask=written, other=0.0)
+        tl.store(raw + row, value, mask=written)
+        empty = value != value  # NaN
+        filled = tl.where(empty, 0.0, 1.0).to(tl.float64)
+        if UNIFORM:  # noqa: SIM108 (a compile-time branch: Triton drops the other)
+            mass = filled
+        else:
+            mass = tl.where(empty, 0.0, tl.load(masses + last, mask=written, other=0.0))
+        tl.store(flat + row * 4, mass, mask=written)
+        tl.store(flat + row * 4 + 1, filled, mask=written)
+        tl.store(flat + row * 4 + 2, tl.where(empty, float("-inf"), value), mask=written)
+        tl.store(flat + row * 4 + 3, tl.where(mass > 0.0, -mass, float("-inf")), mask=written)
         for level in tl.static_range(1, LEVELS + 1):  # the last: the root
             tl.debug_barrier()  # the level below is written
             row = row >> 3
@@ -137,7 +171,7 @@ def _build(interpret: bool) -> SimpleNamespace:
             tl.store(flat + out + 2, high, mask=live)
             tl.store(flat + out + 3, low, mask=live)
 
-    return SimpleNamespace(draw=draw_kernel, climb=climb_kernel)
+    return SimpleNamespace(draw=draw_kernel, write=write_kernel)
 
 
 def _kernels() -> Any:
@@ -155,10 +189,19 @@ def draw(tree: DevicePriorityTree, state: torch.Tensor, k: int) -> tuple[torch.T
     return slots, p
 
 
-def climb(tree: DevicePriorityTree, slots: torch.Tensor, leaves: torch.Tensor) -> None:
-    """Store the ``(k, 4)`` leaf rows ``leaves`` at ``slots`` (duplicates hold equal rows) and
-    recompute every ancestor of them, up to the root, as one kernel."""
+def write(
+    tree: DevicePriorityTree,
+    slots: torch.Tensor,
+    values: torch.Tensor,
+    masses: torch.Tensor | None,
+    keep: torch.Tensor | None,
+) -> None:
+    """:meth:`DevicePriorityTree.write <prisample.device_tree.DevicePriorityTree.write>` of
+    ``values`` at ``slots`` (entries where ``keep`` is false skipped) as one kernel, given every
+    entry's mass ``(values + ε)^α`` (``None`` for the uniform tree, whose masses are 1)."""
     k = slots.shape[0]
-    _kernels().climb[(1,)](
-        tree.flat, tree.starts_tensor, slots, leaves.contiguous(), k, LEVELS=len(tree.sizes), BLOCK=_block(k)
-    )
+    _kernels().write[(1,)](
+        tree.raw, tree.flat, tree.starts_tensor, slots, values, values if masses is None else masses,
+        slots if keep is None else keep, k,
+        UNIFORM=masses is None, KEEP=keep is not None, LEVELS=len(tree.sizes), BLOCK=_block(k),
+    )  # fmt: skip

@@ -217,6 +217,12 @@ class DevicePriorityTree:
         k = slots.shape[0]
         if k == 0:  # known from the shape: nothing to write, no operation issued
             return
+        if self.fused and k <= _device_kernels.MAX_BATCH:
+            # masses of every entry, before the kernel picks each slot's: elementwise, so the
+            # picked one has the bits of the tensor path's
+            masses = None if self.uniform else _elementwise_pow(values + self.eps, self.alpha)
+            if self._fused(_device_kernels.write, slots, values, masses, keep):
+                return
         # Give every entry the value of its slot's last kept entry (its current value if none):
         # the scatters below then write equal values at equal indices, whatever order the device
         # applies them in.  An entry not kept counts as position j - k, below every kept one, so
@@ -227,15 +233,13 @@ class DevicePriorityTree:
             position = torch.where(keep, position, position - k)
             values = torch.cat([values, self.raw[slots]])
         self._last.scatter_reduce_(0, slots, position, reduce="amax", include_self=False)
-        values = values[self._last[slots]]
+        self.settle(slots, values[self._last[slots]])
+
+    def settle(self, slots: torch.Tensor, values: torch.Tensor) -> None:
+        """``raw[slots] = values`` for values already resolved per slot (a slot named twice gets
+        equal values), their leaf rows, and every ancestor recomputed, on tensor operations."""
         self.raw.index_put_((slots,), values)
-        leaves = self._leaves(values, torch.isnan(values))
-        if not (
-            self.fused
-            and k <= _device_kernels.MAX_BATCH
-            and self._fused(_device_kernels.climb, slots, leaves)
-        ):
-            self.climb(slots, leaves)
+        self.climb(slots, self._leaves(values, torch.isnan(values)))
 
     def climb(self, slots: torch.Tensor, leaves: torch.Tensor) -> None:
         """Store the ``(k, 4)`` leaf rows ``leaves`` at ``slots`` (duplicates hold equal rows) and

@@ -12,12 +12,13 @@ from benchmarks.op_count import count_ops, step_counts
 from prisample import DevicePrioritizedSampler
 from prisample.device_tree import DevicePriorityTree
 
-# Kernels (ATen operations but views) at capacity 10^6, batch 32, 8 streams.  Counted when these
-# were set: the tensor path 124 + 82 per sample and update (310 before the tree's levels became
-# one (nodes, 4) tensor), 78 per add_many (125 before); the fused path 19 + 33 and 29.
+# Kernels (ATen operations but views and allocations) at capacity 10^6, batch 32, 8 streams.
+# Counted when these were set: the tensor path 124 + 81 per sample and update (179 + 130 before the
+# tree's levels became one (nodes, 4) tensor), 77 per add_many (124 before); the fused path
+# 19 + 14 and 14.
 BUDGETS = {
     "tensor_ops": {"sample_update": 215, "add_many": 85, "add_many_full": 90},
-    "fused": {"sample_update": 56, "add_many": 32, "add_many_full": 60},
+    "fused": {"sample_update": 36, "add_many": 16, "add_many_full": 46},
 }
 
 
@@ -37,7 +38,7 @@ def test_a_device_replay_step_stays_within_its_kernel_budget(counts: dict[str, o
 def test_the_fused_path_launches_a_fraction_of_the_tensor_paths_kernels(counts: dict[str, object]) -> None:
     tensors, fused = counts["tensor_ops"], counts["fused"]
     assert isinstance(tensors, dict) and isinstance(fused, dict)
-    assert fused["sample_update"]["kernels"] * 3 <= tensors["sample_update"]["kernels"]
+    assert fused["sample_update"]["kernels"] * 5 <= tensors["sample_update"]["kernels"]
 
 
 def test_an_empty_write_issues_no_operation() -> None:
