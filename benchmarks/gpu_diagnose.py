@@ -17,7 +17,11 @@ one runs:
   by exactly ``k`` SplitMix64 increments per draw;
 * ``cpu_vs_cuda``: the same adds and updates on CPU tensors and on CUDA, then one draw from the
   same stream: the share of identical indices and the largest difference, in ulps, between the
-  two trees' sums (skipped without CUDA).
+  two trees' sums (skipped without CUDA);
+* ``fused_vs_tensor_ops``: the same adds, updates and learner steps on two replays of one device,
+  one whose tree draws and writes with the fused Triton kernels (``prisample/_device_kernels.py``)
+  and one with tensor operations: whether every draw, weight and tree value is identical (skipped
+  where the kernels do not run: without CUDA or Triton).
 
 Usage::
 
@@ -38,11 +42,11 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from prisample import DeviceDraw, LinearSchedule
+from prisample import DeviceDraw, LinearSchedule, _device_kernels
 from prisample._capture import recording
 from prisample.replay import PrioritizedReplay
 
-__all__ = ["compare_devices", "diagnose", "main"]
+__all__ = ["compare_devices", "compare_paths", "diagnose", "main"]
 
 CAPACITY = 512
 STREAMS = 4
@@ -240,6 +244,33 @@ def compare_devices(first: str, second: str) -> dict[str, Any]:
     }
 
 
+def compare_paths(device: str, steps: int = 20) -> dict[str, Any]:
+    """Two replays on ``device``, the first's tree fused (its Triton kernels), the second's on
+    tensor operations, given the same adds and updates, then ``steps`` learner steps
+    (:func:`step`): whether every step's indices and weights, and the trees' nodes and raw
+    priorities after, are identical."""
+    fused, tensors = build(device), build(device)
+    fused._sampler_on_device().tree.fused = True
+    tensors._sampler_on_device().tree.fused = False
+    for replay in (fused, tensors):
+        fill(replay, 200, seed=2)
+    same = {"indices": True, "weights": True}
+    for _ in range(steps):
+        a, b = step(fused), step(tensors)
+        for key in same:
+            same[key] &= bool(torch.equal(a[key], b[key]))
+    x, y = (r._sampler_on_device().tree for r in (fused, tensors))
+    same["nodes"] = bool(torch.equal(x.flat, y.flat))
+    same["raw"] = bool(torch.equal(x.raw.nan_to_num(-1.0), y.raw.nan_to_num(-1.0)))
+    return {"steps": steps, "same": same, "identical": all(same.values())}
+
+
+def _phase_fused_vs_tensor_ops(device: str) -> dict[str, Any]:
+    if not _device_kernels.available(torch.device(device)):
+        return {"skipped": "the fused kernels need CUDA and Triton"}
+    return compare_paths(device)
+
+
 def _phase_cpu_vs_cuda() -> dict[str, Any]:
     if not torch.cuda.is_available():
         return {"skipped": "no CUDA"}
@@ -254,6 +285,7 @@ def diagnose(device: str, out: Path | None = None, steps: int = 20) -> dict[str,
         ("device_update", lambda: _phase_device_update(device)),
         ("captured_vs_eager", lambda: _phase_captured(device, steps)),
         ("cpu_vs_cuda", _phase_cpu_vs_cuda),
+        ("fused_vs_tensor_ops", lambda: _phase_fused_vs_tensor_ops(device)),
     ]
     results: dict[str, Any] = {"device": device, "torch": torch.__version__}
     for name, phase in phases:
@@ -279,8 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     ok = (
         all(
             "error" not in results[p]
-            for p in ("devices", "device_update", "captured_vs_eager", "cpu_vs_cuda")
+            for p in ("devices", "device_update", "captured_vs_eager", "cpu_vs_cuda", "fused_vs_tensor_ops")
         )
+        and results["fused_vs_tensor_ops"].get("identical", True)
         and results["devices"]["draw_on_memory_device"]
         and results["device_update"]["device_update_ran"]
         and results["device_update"]["sync_free"] is not False

@@ -9,7 +9,8 @@
 #                                          #   (the scaling study): 1, 2, 4, 8, 14 actors; needs ray (gpu_wheels.sh ray)
 #   bash benchmarks/gpu_session.sh device  # at most 7.5 min (limits 60+120+60+200 s): priorities on the device:
 #                                          #   the diagnosis of a first run (benchmarks/gpu_diagnose.py),
-#                                          #   the device tests under sync-debug mode, the captured replay step,
+#                                          #   the device tests under sync-debug mode, the captured replay step
+#                                          #   at 10^6 (fused kernels against tensor operations in the diagnosis),
 #                                          #   the loop's arms and CleanRL
 #   DRY_RUN=1 bash benchmarks/gpu_session.sh device  # list the stage's steps and limits, run nothing
 #
@@ -102,9 +103,10 @@ if [ "$stage" = device ]; then
   step gpu_device_tests 120 40 python3 -m pytest tests/test_device_replay_cuda.py tests/test_gpu_diagnose.py \
     tests/test_replay_device_backend.py tests/test_replay_captured_step.py tests/test_device_sampler.py \
     tests/test_device_tree.py -q -rfE --tb=short --continue-on-collection-errors -p no:cacheprovider
-  # eager and captured steps at capacity 2^18: the tree's cost is its capacity's, so 2^14 adds fill it enough
-  step replay_device_graph 60 all python3 -m benchmarks.replay_device --backend device_proportional --n 262144 \
-    --fill 16384 --steps 1000 --out "$OUT/replay_device_graph.json"
+  # the captured sample + update (CUDA events, target 0.1 ms) and eager steps at capacity 10^6: the
+  # tree's cost is its capacity's, so 2^14 adds fill it enough
+  step replay_device_graph 60 all python3 -m benchmarks.replay_device --backend device_proportional --n 1000000 \
+    --fill 16384 --steps 500 --out "$OUT/replay_device_graph.json"
   step atari_loop_gpu 200 8 python3 -m benchmarks.atari_loop_gpu --updates 1000 --arms uniform,proportional,rank \
     --cleanrl_seconds 30 --out "$OUT/atari_loop_gpu.json" --loop_out "$OUT/atari_loop_cuda.json" \
     --cleanrl_out "$OUT/cleanrl_dqn.json"

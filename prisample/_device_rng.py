@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["SplitMix64", "mix_int", "pcg64_to_word", "word_to_pcg64"]
+__all__ = ["SplitMix64", "mix_int", "pcg64_to_word", "uniform", "word_to_pcg64"]
 
 _MASK64 = (1 << 64) - 1
 # A fixed odd PCG64 increment for the checkpoint's "inc" (PCG64 needs an odd one); a device
@@ -52,6 +52,15 @@ def mix_int(value: int) -> int:
     return z ^ (z >> 31)
 
 
+def uniform(state: torch.Tensor, k: int) -> torch.Tensor:
+    """``k`` float64 uniforms in ``[0, 1)`` (53 random bits each) from the 0-d int64 ``state``,
+    which advances by ``k`` in place: draw ``j`` is ``mix(s + γ (j + 1))``."""
+    steps = torch.arange(1, k + 1, dtype=torch.int64, device=state.device) * _GAMMA
+    bits = _mix(state + steps)
+    state.add_(_signed(_GAMMA * k))
+    return ((bits >> 11) & ((1 << 53) - 1)).to(torch.float64) * 2.0**-53
+
+
 class SplitMix64:
     """A SplitMix64 stream whose state lives in a 0-d int64 tensor on ``device``."""
 
@@ -61,10 +70,7 @@ class SplitMix64:
 
     def uniform(self, k: int) -> torch.Tensor:
         """``k`` float64 uniforms in ``[0, 1)`` (53 random bits each); advances the state."""
-        steps = torch.arange(1, k + 1, dtype=torch.int64, device=self.device) * _GAMMA
-        bits = _mix(self.state + steps)
-        self.state.add_(_signed(_GAMMA * k))
-        return ((bits >> 11) & ((1 << 53) - 1)).to(torch.float64) * 2.0**-53
+        return uniform(self.state, k)
 
     def get_word(self) -> int:
         """The state as an unsigned 64-bit integer (synchronises)."""

@@ -316,7 +316,8 @@ class DevicePrioritizedSampler(ScheduledBeta):
                 slots = self._checked_slots(indices, need_filled=False)[1]
             else:
                 slots = self._tensor(indices, torch.int64)
-            self._tree.write(slots, self._max_priority().expand(slots.shape[0]))
+            if slots.shape[0]:  # known from the shape: an empty add issues nothing
+                self._tree.write(slots, self._max_priority().expand(slots.shape[0]))
 
     def write(self, indices: Any, priorities: Any, *, checked: bool = True) -> None:
         """Removals and additions as one ordered write: ``priorities[j]`` NaN empties slot
@@ -338,9 +339,10 @@ class DevicePrioritizedSampler(ScheduledBeta):
                 slots = self._checked_slots(indices, need_filled=False)[1]
             else:
                 slots = self._tensor(indices, torch.int64)
-            self._tree.write(
-                slots, torch.full(slots.shape, math.nan, dtype=torch.float64, device=self.device)
-            )
+            if slots.shape[0]:  # known from the shape: an empty removal issues nothing
+                self._tree.write(
+                    slots, torch.full(slots.shape, math.nan, dtype=torch.float64, device=self.device)
+                )
 
     def update_priorities(
         self, indices: Any, priorities: Any, *, checked: bool = True, keep: Any = None
@@ -383,7 +385,7 @@ class DevicePrioritizedSampler(ScheduledBeta):
         with self._lock:
             if not capturing():
                 self.stage_draw()
-            slots, probabilities = self._tree.stratified(self._rng.uniform(k))
+            slots, probabilities = self._tree.draw(self._rng, k)
             weights = self._weights(probabilities, self._beta_on_device)
         return DeviceDraw(slots, weights, probabilities)
 
@@ -400,7 +402,7 @@ class DevicePrioritizedSampler(ScheduledBeta):
     def _weights(self, p: torch.Tensor, beta: float | torch.Tensor) -> torch.Tensor:
         """``(N · P(i))^-β`` normalised by ``weight_norm`` (:func:`device_weights`)."""
         low = self._tree.min_probability() if self.weight_norm == "memory" else None
-        return device_weights(p, self._tree.count, beta, self.weight_norm, low)
+        return device_weights(p, self._tree.root[1], beta, self.weight_norm, low)
 
     def probabilities(self, indices: Any) -> torch.Tensor:
         """Per-draw probabilities ``P(i)`` of filled slots (checked; float64 on the device)."""

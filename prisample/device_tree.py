@@ -5,18 +5,23 @@ synchronisation.
 Raw priorities ``p_i`` are stored (float64, ``NaN`` = empty slot); the leaf masses
 ``m_i = (p_i + ε)^α`` (proportional, Eq. 1) or ``m_i = 1`` (uniform) are derived from them in one
 place, :meth:`DevicePriorityTree.masses_of`.  Above the leaves an 8-ary tree keeps, for every
-subtree, the float64 sum of the masses, the largest raw priority and the smallest *positive* mass
-(the maximum new slots enter at, and ``P_min`` of the memory-wide weight normalisation, Sec. 3.4).
+subtree, the float64 sum of the masses, the number of non-empty slots, the largest raw priority
+and the smallest *positive* mass (the maximum new slots enter at, and ``P_min`` of the
+memory-wide weight normalisation, Sec. 3.4).
 
-Layout: level 0 is the leaves (``raw`` and ``masses``, padded with empty slots to a multiple of 8);
-level ``l`` holds one node per 8 nodes of level ``l - 1``, padded to a multiple of 8, up to a top
-level of exactly 8 nodes, whose reduction is the root (:attr:`~DevicePriorityTree.total`,
-:attr:`~DevicePriorityTree.max_raw`, :attr:`~DevicePriorityTree.min_mass`).  The children of node
-``j`` of level ``l`` are nodes ``8j .. 8j+7`` of level ``l - 1``, so slot order is leaf order for
-any capacity.
+Layout: every level, the leaves included, is one ``(nodes, 4)`` float64 tensor whose columns are
+``[mass sum, live count, max raw, -min positive mass]`` (a leaf: ``[m_i, 1, p_i, -m_i]``, an empty
+slot ``[0, 0, -inf, -inf]``, a zero mass ``-inf`` in the last column), so that a node is
+recomputed from its 8 children by one gather of ``8 × 4`` values, three elementwise additions
+and one maximum whatever the level.  Level 0 is the leaves, padded with empty slots to a multiple
+of 8; level ``l`` holds one node per 8 nodes of level ``l - 1``, padded to a multiple of 8, up to
+a top level of exactly 8 nodes, whose reduction is the root (:attr:`~DevicePriorityTree.total`,
+:attr:`~DevicePriorityTree.max_raw`, :attr:`~DevicePriorityTree.min_mass`,
+:attr:`~DevicePriorityTree.count`).  The children of node ``j`` of level ``l`` are nodes
+``8j .. 8j+7`` of level ``l - 1``, so slot order is leaf order for any capacity.
 
 A write of ``k`` slots and a draw of ``k`` targets cost ``O(k log N)`` work in a fixed number of
-tensor operations (one pass per level; the number of levels depends only on the capacity), with
+tensor operations (a handful per level; the number of levels depends only on the capacity), with
 no data-dependent shape and nothing read back to the host, so both can be captured in a CUDA
 graph.  Every parent is recomputed from its children after a write, never delta-propagated, so
 sums do not drift; the 8-way sum is a fixed pairwise order of elementwise additions, so a node
@@ -26,9 +31,14 @@ holds the same bits whether it was written incrementally or rebuilt, on any devi
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 
+from prisample import _device_kernels
+from prisample._device_rng import SplitMix64
 from prisample._devices import concrete_device
 
 __all__ = ["BRANCH", "DevicePriorityTree"]
@@ -40,13 +50,14 @@ def _round8(n: int) -> int:
     return -(-n // BRANCH) * BRANCH
 
 
-def _sum8(children: torch.Tensor) -> torch.Tensor:
-    """Row sums of a ``(rows, 8)`` tensor as ``((c0+c1)+(c2+c3))+((c4+c5)+(c6+c7))``: elementwise
-    additions, whose rounding does not depend on the number of rows or on the device (a reduction
-    kernel's order may)."""
+def _reduce8(children: torch.Tensor, summed: torch.Tensor) -> torch.Tensor:
+    """Parents of ``(rows, 8, 4)`` children: the columns where ``summed`` is true summed as
+    ``((c0+c1)+(c2+c3))+((c4+c5)+(c6+c7))`` (elementwise additions, whose rounding does not depend
+    on the number of rows or on the device, as a reduction kernel's order may), the others their
+    maximum (the max raw priority, and the min positive mass negated)."""
     pairs = children[:, 0::2] + children[:, 1::2]
     quads = pairs[:, 0::2] + pairs[:, 1::2]
-    return quads[:, 0] + quads[:, 1]
+    return torch.where(summed, quads[:, 0] + quads[:, 1], children.amax(1))
 
 
 def _elementwise_pow(base: torch.Tensor, exponent: float) -> torch.Tensor:
@@ -71,8 +82,8 @@ class DevicePriorityTree:
     priority has mass 0 and is never drawn.
 
     :meth:`write` takes device tensors and trusts them (indices in range, values NaN or finite
-    and ``>= 0``): the caller validates.  ``count`` (the number of non-empty slots) is an exact
-    integer kept by differences; every float node is recomputed from its children.
+    and ``>= 0``): the caller validates.  Every node is recomputed from its children, the
+    number of non-empty slots too (an exact integer in float64).
 
     >>> tree = DevicePriorityTree(3, alpha=1.0, eps=0.0)
     >>> tree.write(torch.tensor([0, 2]), torch.tensor([1.0, 3.0], dtype=torch.float64))
@@ -99,40 +110,70 @@ class DevicePriorityTree:
             sizes.append(_round8(sizes[-1] // BRANCH))
         self.sizes = tuple(sizes)
         """Length of each level: the leaves first, the top level (8 nodes) last."""
-        self.raw = self._full(sizes[0], math.nan)
-        self.masses = self._full(sizes[0], 0.0)
-        # Level 0 of each reduction is the leaves: raw priorities (max) and masses (sum, min).
-        self.sums = [self.masses] + [self._full(n, 0.0) for n in sizes[1:]]
-        self.maxs = [self.raw] + [self._full(n, -math.inf) for n in sizes[1:]]
-        self.mins = [self.masses] + [self._full(n, math.inf) for n in sizes[1:]]
-        self.total = self._full((), 0.0)
-        """``Σ_i m_i`` over non-empty slots (0-d float64)."""
-        self.max_raw = self._full((), -math.inf)
+        self.raw = torch.full((sizes[0],), math.nan, dtype=torch.float64, device=self.device)
+        empty = torch.tensor([0.0, 0.0, -math.inf, -math.inf], dtype=torch.float64, device=self.device)
+        starts = [0]
+        for n in sizes:
+            starts.append(starts[-1] + n)
+        self.flat = empty.repeat(starts[-1] + 1, 1)
+        """Every level's nodes, the leaves first, then the root: one ``(nodes + 1, 4)`` tensor."""
+        self.nodes = [self.flat[start : start + n] for start, n in zip(starts, sizes, strict=False)]
+        """Each level's ``(nodes, 4)`` columns ``[mass sum, live count, max raw, -min positive
+        mass]`` (views of :attr:`flat`), the leaves first."""
+        self.root = self.flat[-1]
+        """The reduction of the top level, in the same four columns (a view of :attr:`flat`)."""
+        self.starts = tuple(starts)
+        """The first row of each level in :attr:`flat`, the leaves first, then the root's."""
+        self.starts_tensor = torch.tensor(starts, dtype=torch.int64, device=self.device)
+        self.fused = _device_kernels.available(self.device)
+        """Whether draws and writes run as one kernel each (``prisample/_device_kernels.py``:
+        Triton, on CUDA) instead of a few tensor operations per level; the results are the same."""
+        self.total = self.root[0]
+        """``Σ_i m_i`` over non-empty slots (0-d float64, a view of :attr:`root`)."""
+        self.max_raw = self.root[2]
         """Largest raw priority of a non-empty slot; ``-inf`` when all are empty (0-d)."""
-        self.min_mass = self._full((), math.inf)
-        """Smallest positive mass; ``inf`` when none is positive (0-d)."""
-        self.count = torch.zeros((), dtype=torch.int64, device=self.device)
-        """Number of non-empty slots (0-d int64)."""
+        self.masses = self.nodes[0][:, 0]
+        """The leaf masses ``m_i`` (0 for an empty slot; a view of the leaves)."""
+        self._summed = torch.tensor([True, True, False, False], device=self.device)
         self._last = torch.zeros(sizes[0], dtype=torch.int64, device=self.device)  # write scratch
-        self._top = torch.zeros(1, dtype=torch.int64, device=self.device)
-        self._steps = torch.arange(1, BRANCH + 1, dtype=torch.int64, device=self.device)
+        self._shifts = torch.arange(3, 3 * len(sizes), 3, dtype=torch.int64, device=self.device)
+        self._steps = torch.arange(BRANCH, dtype=torch.int64, device=self.device)
+
+    @property
+    def sums(self) -> list[torch.Tensor]:
+        """Each level's mass sums (views), the leaf masses first."""
+        return [level[:, 0] for level in self.nodes]
+
+    @property
+    def maxs(self) -> list[torch.Tensor]:
+        """Each level's largest raw priority (views; ``-inf`` where none), the raw priorities
+        (NaN = empty) first."""
+        return [self.raw] + [level[:, 2] for level in self.nodes[1:]]
+
+    @property
+    def mins(self) -> list[torch.Tensor]:
+        """Each level's smallest positive mass (``inf`` where none), the leaf masses first."""
+        return [self.masses] + [-level[:, 3] for level in self.nodes[1:]]
+
+    @property
+    def min_mass(self) -> torch.Tensor:
+        """Smallest positive mass; ``inf`` when none is positive (0-d)."""
+        return -self.root[3]
+
+    @property
+    def count(self) -> torch.Tensor:
+        """Number of non-empty slots (0-d int64; the root's exact float64 count)."""
+        return self.root[1].to(torch.int64)
 
     def state_tensors(self) -> list[torch.Tensor]:
         """Every tensor a write changes (in place), e.g. to save and restore around warm-up steps
         before a CUDA graph capture."""
-        levels = [*self.sums[1:], *self.maxs[1:], *self.mins[1:]]
-        return [self.raw, self.masses, *levels, self.total, self.max_raw, self.min_mass, self.count]
-
-    def _full(self, shape: int | tuple[int, ...], value: float) -> torch.Tensor:
-        return torch.full(
-            shape if isinstance(shape, tuple) else (shape,), value, dtype=torch.float64, device=self.device
-        )
+        return [self.raw, self.flat]
 
     @property
     def nbytes(self) -> int:
         """Bytes of the tree's tensors (on its device)."""
-        arrays = {id(t): t for t in (*self.sums, *self.maxs, *self.mins, self._last)}
-        return sum(t.numel() * t.element_size() for t in arrays.values())
+        return sum(t.numel() * t.element_size() for t in (self.raw, self.flat, self._last))
 
     @property
     def levels(self) -> int:
@@ -142,34 +183,26 @@ class DevicePriorityTree:
     # -- masses ---------------------------------------------------------------------------------
     def masses_of(self, raw: torch.Tensor) -> torch.Tensor:
         """The leaf masses of raw priorities: 0 for NaN (empty), else ``(p + ε)^α`` or 1 (uniform)."""
-        empty = torch.isnan(raw)
-        if self.uniform:
-            return (~empty).to(torch.float64)
-        return torch.where(empty, 0.0, _elementwise_pow(raw + self.eps, self.alpha))
+        return self._leaves(raw, torch.isnan(raw))[:, 0]
 
-    def _children(self, level: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sum, max raw and min positive mass of the 8 children (on ``level - 1``) of each node
-        ``rows`` of ``level``."""
-        below = level - 1
-        sums = self.sums[below].view(-1, BRANCH)[rows]
-        maxs = self.maxs[below].view(-1, BRANCH)[rows]
-        mins = self.mins[below].view(-1, BRANCH)[rows]
-        if below == 0:  # leaves: an empty slot takes part in no max, a zero mass in no min
-            maxs = torch.where(torch.isnan(maxs), -math.inf, maxs)
-            mins = torch.where(mins > 0.0, mins, math.inf)
-        return _sum8(sums), maxs.amax(1), mins.amin(1)
+    def _leaves(self, raw: torch.Tensor, empty: torch.Tensor) -> torch.Tensor:
+        """Leaf rows ``[m_i, 1, p_i, -m_i]`` of raw priorities (``empty``: their NaN mask), with
+        ``[0, 0, -inf, -inf]`` for an empty slot and ``-inf`` last for a zero mass."""
+        live = empty.logical_not().to(torch.float64)
+        mass = live if self.uniform else _elementwise_pow(raw + self.eps, self.alpha).masked_fill_(empty, 0.0)
+        return torch.stack(
+            [mass, live, raw.masked_fill(empty, -math.inf), mass.neg().masked_fill_(mass <= 0.0, -math.inf)],
+            1,
+        )
 
-    def _refresh(self, level: int, rows: torch.Tensor) -> None:
-        """Recompute nodes ``rows`` of ``level`` from their children (duplicates get equal values)."""
-        total, high, low = self._children(level, rows)
-        if level == len(self.sizes):  # the root
-            self.total.copy_(total[0])
-            self.max_raw.copy_(high[0])
-            self.min_mass.copy_(low[0])
-            return
-        self.sums[level].index_put_((rows,), total)
-        self.maxs[level].index_put_((rows,), high)
-        self.mins[level].index_put_((rows,), low)
+    def _refresh(self, level: int, rows: torch.Tensor | None) -> None:
+        """Recompute nodes ``rows`` of ``level`` (``None``: the root) from their children;
+        duplicates get equal values."""
+        if rows is None:
+            self.root.copy_(_reduce8(self.nodes[-1].view(1, BRANCH, 4), self._summed)[0])
+        else:
+            children = self.nodes[level - 1].view(-1, BRANCH, 4)[rows]
+            self.nodes[level].index_put_((rows,), _reduce8(children, self._summed))
 
     # -- writes ---------------------------------------------------------------------------------
     def write(self, slots: torch.Tensor, values: torch.Tensor, keep: torch.Tensor | None = None) -> None:
@@ -182,40 +215,49 @@ class DevicePriorityTree:
         none of whose entries is kept keeps its value (decided on the device: no host read).
         """
         k = slots.shape[0]
-        position = torch.arange(k, dtype=torch.int64, device=self.device)
+        if k == 0:  # known from the shape: nothing to write, no operation issued
+            return
+        if self.fused and k <= _device_kernels.MAX_BATCH:
+            # masses of every entry, before the kernel picks each slot's: elementwise, so the
+            # picked one has the bits of the tensor path's
+            masses = None if self.uniform else _elementwise_pow(values + self.eps, self.alpha)
+            if self._fused(_device_kernels.write, slots, values, masses, keep):
+                return
         # Give every entry the value of its slot's last kept entry (its current value if none):
         # the scatters below then write equal values at equal indices, whatever order the device
-        # applies them in.
-        kept = position if keep is None else torch.where(keep, position, -1)
-        self._last.scatter_reduce_(0, slots, kept, reduce="amax", include_self=False)
-        last = self._last[slots]
-        if keep is None:
-            values = values[last]
-        else:
-            values = torch.where(last >= 0, values[last.clamp(min=0)], self.raw[slots])
-        was_live = ~torch.isnan(self.raw[slots])
-        live = ~torch.isnan(values)
-        change = torch.where(last == position, live.to(torch.int64) - was_live.to(torch.int64), 0)
-        self.count.add_(change.sum())
+        # applies them in.  An entry not kept counts as position j - k, below every kept one, so
+        # a slot's largest position is its last kept entry's, or (none kept) its last entry's
+        # minus k, which indexes (from the end) that entry's current value, appended to values.
+        position = torch.arange(k, dtype=torch.int64, device=self.device)
+        if keep is not None:
+            position = torch.where(keep, position, position - k)
+            values = torch.cat([values, self.raw[slots]])
+        self._last.scatter_reduce_(0, slots, position, reduce="amax", include_self=False)
+        self.settle(slots, values[self._last[slots]])
+
+    def settle(self, slots: torch.Tensor, values: torch.Tensor) -> None:
+        """``raw[slots] = values`` for values already resolved per slot (a slot named twice gets
+        equal values), their leaf rows, and every ancestor recomputed, on tensor operations."""
         self.raw.index_put_((slots,), values)
-        self.masses.index_put_((slots,), self.masses_of(values))
-        rows = slots
+        self.climb(slots, self._leaves(values, torch.isnan(values)))
+
+    def climb(self, slots: torch.Tensor, leaves: torch.Tensor) -> None:
+        """Store the ``(k, 4)`` leaf rows ``leaves`` at ``slots`` (duplicates hold equal rows) and
+        recompute every ancestor of them, up to the root: a few tensor operations per level."""
+        self.nodes[0].index_put_((slots,), leaves)
+        rows = slots >> self._shifts[:, None]  # every level's row of every slot
         for level in range(1, len(self.sizes)):
-            rows = torch.div(rows, BRANCH, rounding_mode="floor")
-            self._refresh(level, rows)
-        self._refresh(len(self.sizes), self._top)
+            self._refresh(level, rows[level - 1])
+        self._refresh(len(self.sizes), None)
 
     def rebuild(self) -> None:
-        """Recompute the masses, every node and ``count`` from ``raw`` in ``O(N)``."""
-        self.masses.copy_(self.masses_of(self.raw))
+        """Recompute every node from ``raw`` in ``O(N)``."""
+        self.nodes[0].copy_(self._leaves(self.raw, torch.isnan(self.raw)))
         for level in range(1, len(self.sizes)):
-            rows = torch.arange(self.sizes[level - 1] // BRANCH, device=self.device)
-            self.sums[level].fill_(0.0)
-            self.maxs[level].fill_(-math.inf)
-            self.mins[level].fill_(math.inf)
-            self._refresh(level, rows)
-        self._refresh(len(self.sizes), self._top)
-        self.count.copy_((~torch.isnan(self.raw)).sum())
+            self.nodes[level][:, :2] = 0.0
+            self.nodes[level][:, 2:] = -math.inf
+            self._refresh(level, torch.arange(self.sizes[level - 1] // BRANCH, device=self.device))
+        self._refresh(len(self.sizes), None)
 
     def load(self, raw: torch.Tensor) -> None:
         """Replace every raw priority by ``raw`` (``capacity`` float64 values, NaN = empty) and
@@ -228,7 +270,7 @@ class DevicePriorityTree:
         """Largest raw priority of a non-empty slot outside ``slots`` (``-inf`` if none): what
         :attr:`max_raw` would be once ``slots`` were emptied, without writing them (0-d).
 
-        One pass up the tree, reading the max level only: a node's maximum without ``slots`` is
+        One pass up the tree, reading the max column only: a node's maximum without ``slots`` is
         the largest, over its 8 children, of the child's own maximum, or of the child's maximum
         without ``slots`` where the child holds one of them (``O(k² log N)`` work for ``k``
         slots, a fixed number of tensor operations).  ``slots``: int64, 1-d, non-empty, trusted.
@@ -236,16 +278,15 @@ class DevicePriorityTree:
         node = slots
         # each entry's subtree maximum without ``slots``; a leaf in ``slots`` has none
         without = torch.full(slots.shape, -math.inf, dtype=torch.float64, device=self.device)
+        rows = slots >> self._shifts[:, None]
         for level in range(len(self.sizes)):
-            row = torch.div(node, BRANCH, rounding_mode="floor")
-            children = self.maxs[level].view(-1, BRANCH)[row]
-            if level == 0:  # leaves: an empty slot takes part in no max
-                children = torch.where(torch.isnan(children), -math.inf, children)
-            # (entry, child, other entry): the child is the other entry's node at this level
-            ids = row[:, None] * BRANCH + (self._steps - 1)
-            match = ids[:, :, None] == node[None, None, :]
-            replaced = torch.where(match, without[None, None, :], -math.inf).amax(2)
-            without = torch.where(match.any(2), replaced, children).amax(1)
+            row = rows[level] if level < len(self.sizes) - 1 else torch.zeros_like(node)
+            children = self.nodes[level].view(-1, BRANCH, 4)[row][:, :, 2]
+            # (entry, child, other entry): the child is the other entry's node at this level; a
+            # maximum without some slots is at most the child's own, so the smallest candidate
+            # is the child's maximum without them where it holds one, its own maximum elsewhere
+            match = torch.add(self._steps, row[:, None], alpha=BRANCH)[:, :, None] == node
+            without = torch.where(match, without, children[:, :, None]).amin(2).amax(1)
             node = row
         return without.amax()
 
@@ -256,22 +297,47 @@ class DevicePriorityTree:
 
         Only children of positive mass are entered: rounding can leave ``t`` at or past a node's
         sum, and then the last child of positive mass is taken, so a slot of mass 0 (empty, or a
-        zero priority with ``ε = 0``) is never returned while ``total > 0``.
+        zero priority with ``ε = 0``) is never returned while ``total > 0``.  At each level the
+        child taken is the last of positive mass whose preceding siblings' sum is at most ``t``
+        (the first past ``t``, or the last of positive mass when none is past it), and ``t``
+        loses that sum, which is at most ``t``.
         """
         t = targets.to(torch.float64)
         node = torch.zeros(t.shape[0], dtype=torch.int64, device=self.device)
         for level in range(len(self.sizes) - 1, -1, -1):
-            children = self.sums[level].view(-1, BRANCH)[node]
-            cums = children.cumsum(1)
-            positive = children > 0.0
-            after = positive & (cums > t[:, None])
-            first = (after.cumsum(1) == 0).sum(1)  # the first positive child past t; 8 if none
-            last = (positive * self._steps).amax(1) - 1  # the last positive child; -1 if none
-            child = torch.minimum(first, last).clamp_(min=0)
-            before = torch.nn.functional.pad(cums[:, :-1], (1, 0))
-            t = (t - before.gather(1, child[:, None]).squeeze(1)).clamp_(min=0.0)
-            node = node * BRANCH + child
+            children = self.nodes[level].view(-1, BRANCH, 4)[node][:, :, 0]
+            before = torch.nn.functional.pad(children, (1, 0)).cumsum(1)[:, :BRANCH]
+            entered = (children > 0.0) & (before <= t[:, None])
+            child = (entered * self._steps).amax(1)
+            t = t - before.gather(1, child[:, None]).squeeze(1)
+            node = torch.add(child, node, alpha=BRANCH)
         return node
+
+    def draw(self, rng: SplitMix64, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`stratified` of ``k`` uniforms of ``rng`` (advanced by ``k``): the slots and
+        their ``P(i)``; one kernel when :attr:`fused`."""
+        if self.fused and k <= _device_kernels.MAX_BATCH:
+            drawn = self._fused(_device_kernels.draw, rng.state, k)
+            if drawn is not None:
+                return cast(tuple[torch.Tensor, torch.Tensor], drawn)
+        return self.stratified(rng.uniform(k))
+
+    def _fused(self, kernel: Callable[..., Any], *args: Any) -> Any:
+        """``kernel(self, *args)``'s result (``True`` for none); ``None`` and :attr:`fused` off,
+        with a warning, when Triton cannot build or launch it here (an unsupported GPU or
+        version): the tensor path, which computes the same, then takes over."""
+        try:
+            out = kernel(self, *args)
+        except Exception as error:  # Triton's compiler and launcher raise many kinds
+            warnings.warn(
+                f"the device tree's fused kernels failed ({error!r:.300}); drawing and writing with "
+                "tensor operations instead (the same results, more kernel launches)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            self.fused = False
+            return None
+        return True if out is None else out
 
     def stratified(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Slots for ``k = len(u)`` uniforms in ``[0, 1)``, one in each of ``k`` equal-mass ranges:
@@ -280,8 +346,7 @@ class DevicePriorityTree:
         k = u.shape[0]
         j = torch.arange(k, dtype=torch.float64, device=self.device)
         slots = self.find((j + u) * (self.total / k))
-        drawn = self.masses[slots]
-        return slots, torch.where(self.total > 0.0, drawn / self.total, 0.0)
+        return slots, self.probabilities(slots)
 
     def probabilities(self, slots: torch.Tensor) -> torch.Tensor:
         """``P(i) = m_i / Σ_k m_k`` of ``slots`` (0 while ``total`` is 0)."""
@@ -289,4 +354,5 @@ class DevicePriorityTree:
 
     def min_probability(self) -> torch.Tensor:
         """Smallest positive ``P(i)`` (0-d; 0 while no mass is positive)."""
-        return torch.where(self.min_mass < math.inf, self.min_mass / self.total, 0.0)
+        low = self.root[3]
+        return torch.where(low > -math.inf, low.neg() / self.total, 0.0)

@@ -101,3 +101,30 @@ def test_every_stage_of_the_session_script_fits_one_call(stage: str, tmp_path: P
     limits = [int(limit) for limit in re.findall(r"^step \S+ (\d+) ", done.stdout, flags=re.M)]
     assert limits, done.stdout
     assert sum(limits) <= 450  # one call is 600 s, wheels and the machine's start included
+
+
+def test_the_fused_kernels_phase_compares_them_with_the_tensor_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The phase a GPU run uses to check the Triton kernels, run here under Triton's CPU
+    interpreter: identical steps; a planted fault in the fused draw (its slots moved by one)
+    is reported."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert gpu_diagnose._phase_fused_vs_tensor_ops("cpu") == {
+        "skipped": "the fused kernels need CUDA and Triton"
+    }
+    result = gpu_diagnose.compare_paths("cpu", steps=3)
+    assert result == {
+        "steps": 3,
+        "same": dict.fromkeys(("indices", "weights", "nodes", "raw"), True),
+        "identical": True,
+    }
+    from prisample import _device_kernels
+
+    draw = _device_kernels.draw
+
+    def shifted(tree: object, state: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        slots, p = draw(tree, state, k)  # type: ignore[arg-type]
+        return (slots + 1) % 512, p
+
+    monkeypatch.setattr(_device_kernels, "draw", shifted)
+    assert gpu_diagnose.compare_paths("cpu", steps=3)["identical"] is False
