@@ -131,6 +131,24 @@ def torchrl_extension() -> dict[str, Any]:
         return {"ok": False, "error": f"{type(error).__name__}: {error}"}
 
 
+def dqn_step_summary(speed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per N, the DQN step's µs per peer and the ratios its targets name: rank-based over
+    proportional, and each peer over prisample (above 1: prisample is faster)."""
+    rows = []
+    for d in speed:
+        us: dict[str, float] = next((t["us"] for t in d["times"] if t["op"] == "DQN step"), {})
+        base = us.get("prisample")
+        row: dict[str, Any] = {"n": d["n"], "us": us}
+        if base:
+            if "prisample-rank" in us:
+                row["rank_over_proportional"] = us["prisample-rank"] / base
+            for peer in ("cpprb", "TorchRL"):
+                if peer in us:
+                    row[f"{peer}_over_prisample"] = us[peer] / base
+        rows.append(row)
+    return rows
+
+
 def run(config: dict[str, Any], quick: bool) -> dict[str, Any]:
     import torch
 
@@ -170,6 +188,10 @@ def run(config: dict[str, Any], quick: bool) -> dict[str, Any]:
         d["times"] = [{"op": op, "k": k, "us": t} for (op, k), t in r.times.items()]
         d["passes"] = [[{"op": op, "k": k, "us": t} for (op, k), t in times.items()] for times in r.passes]
         results["speed"].append(d)
+
+    results["dqn_step"] = dqn_step_summary(results["speed"])
+    for row in results["dqn_step"]:
+        log(f"DQN step at N = {row['n']}: {row}")
 
     log("profile of prisample's DQN step")
     big = config["sizes"][-1]

@@ -1,12 +1,16 @@
-"""The proportional draw and its importance weights in one compiled call (the sampler's fast
-path for its default distribution; Schaul et al. 2016, App. B.2.1 and Sec. 3.4).
+"""The proportional draw and its importance weights in one compiled call, and the checked write
+of new priorities in another (the sampler's fast path for its default distribution; Schaul et
+al. 2016, App. B.2.1 and Sec. 3.4).
 
 ``PrioritizedSampler.sample`` with the proportional backend and the base class's weights would
 otherwise cross from Python into compiled code three times per batch (the tree descent, the
 smallest probability, the weights), each crossing paying the dispatcher's per-argument cost.
 Here one kernel does all three with the same arithmetic as those separate steps (the same
 compiled ``_stratified_sample`` and ``_weights``, and ``P_min = (p_min + ε)^α / Σ_k m_k`` with
-the same C ``pow`` CPython calls), so a batch is bit-identical to theirs.
+the same C ``pow`` CPython calls), so a batch is bit-identical to theirs.  Likewise
+``update_priorities`` checks its slots and priorities (``check_slots``) and writes them
+(``PriorityTree.write``) in one call, :func:`checked_tree_write`: the same checks in the same
+order, then the same write.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from prisample.trees import PriorityTree, _stratified_sample
+from prisample._validation import _first_problem
+from prisample.trees import PriorityTree, _stratified_sample, _tree_write
 from prisample.weights import _MODES, _weights
 
-__all__ = ["WEIGHT_MODES", "proportional_draw"]
+__all__ = ["WEIGHT_MODES", "checked_tree_write", "proportional_draw"]
 
 _INT64, _FLOAT64, _FLOAT32 = np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.float32)
 WEIGHT_MODES = _MODES
@@ -85,3 +90,51 @@ def proportional_draw(
         weights,
     )
     return slots, probabilities, weights if done else None
+
+
+@numba.njit(cache=True)
+def _checked_write(
+    raw: np.ndarray,
+    masses: np.ndarray,
+    sums: np.ndarray,
+    mins: np.ndarray,
+    maxs: np.ndarray,
+    offsets: np.ndarray,
+    eps: float,
+    alpha: float,
+    limit: float,
+    slots: np.ndarray,
+    values: np.ndarray,
+) -> tuple[int, int, int]:
+    """``_first_problem(raw, slots, values, True)``, then (only if it found none)
+    ``_tree_write``: ``(code, j, Δcount)``, ``code`` the problem's (0 when written, or
+    ``BAD_MASS``) and ``j`` the entry it names."""
+    code, j = _first_problem(raw, slots, values, True)
+    if code != 0:
+        return code, j, 0
+    code, change = _tree_write(raw, masses, sums, mins, maxs, offsets, eps, alpha, limit, slots, values)
+    return code, 0, change
+
+
+def checked_tree_write(
+    tree: PriorityTree, slots: npt.NDArray[np.int64], values: npt.NDArray[np.float64]
+) -> tuple[int, int, int]:
+    """Check that every slot is in range and filled and every value finite and ``>= 0``
+    (:func:`~prisample._validation.check_slots`), then ``tree.write(slots, values)``, in one
+    compiled call; nothing is written unless all pass.  Returns ``(code, j, Δcount)``: ``code``
+    0 when written, ``check_slots``'s code for ``slots[j]`` / ``values[j]``, or
+    :data:`~prisample.trees.BAD_MASS` (nothing written either)."""
+    code, j, change = _checked_write(
+        tree.raw,
+        tree.masses,
+        tree.sums,
+        tree.mins,
+        tree.maxs,
+        tree.offsets,
+        tree.eps,
+        tree.alpha,
+        tree.limit,
+        slots,
+        values,
+    )
+    return int(code), int(j), int(change)

@@ -151,6 +151,19 @@ def check_slots(
 ) -> None:
     """Raise unless every slot is in range (and filled) and every priority finite and ``>= 0``."""
     code, j = _first_problem(raw, slots, priorities, need_filled)
+    if code:
+        raise_slot_problem(code, j, raw, slots, priorities)
+
+
+def raise_slot_problem(
+    code: int,
+    j: int,
+    raw: npt.NDArray[np.float64],
+    slots: npt.NDArray[np.int64],
+    priorities: npt.NDArray[np.float64],
+) -> None:
+    """Raise :func:`check_slots`'s error for ``(code, j)`` as ``_first_problem`` returns them (a
+    compiled write that checks its input first returns the same pair); nothing for code 0."""
     if code == _OUT_OF_RANGE:
         raise ValueError(f"indices should lie in [0, {raw.shape[0]}), but got indices[{j}]={slots[j]}")
     if code == _EMPTY_SLOT:

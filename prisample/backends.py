@@ -34,10 +34,10 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from prisample._draw import WEIGHT_MODES, proportional_draw
-from prisample._validation import short_repr, state_float_array
+from prisample._draw import WEIGHT_MODES, checked_tree_write, proportional_draw
+from prisample._validation import check_slots, raise_slot_problem, short_repr, state_float_array
 from prisample.rank import RankBackend
-from prisample.trees import OK, ArgMaxTree, PriorityTree, mass_limit, top_k
+from prisample.trees import BAD_MASS, OK, ArgMaxTree, PriorityTree, mass_limit, top_k
 
 __all__ = [
     "DEVICE_ALIAS_PREFIX",
@@ -321,6 +321,23 @@ class ProportionalBackend:
             with np.errstate(invalid="ignore"):
                 self._positive.write(slots, np.where(values > 0.0, -values, np.nan))
 
+    def checked_write(self, slots: IntArray, values: FloatArray) -> None:
+        """``check_slots(raw, slots, values)`` (every slot filled, every value finite and
+        ``>= 0``) then :meth:`write`, with their errors and nothing written on any; in one
+        compiled call when ``ε > 0`` (the sampler's ``update_priorities``)."""
+        if self._positive is not None:
+            check_slots(self.raw, slots, values)
+            self.write(slots, values)
+            return
+        code, j, change = checked_tree_write(self.tree, slots, values)
+        if code == BAD_MASS:
+            tree = self.tree
+            j = max(bad_mass(values, tree.alpha, tree.eps, self.capacity), 0)
+            raise mass_error(values, j, tree.alpha, tree.eps, self.capacity, "priorities")
+        if code != OK:
+            raise_slot_problem(code, j, self.raw, slots, values)
+        self.count += change
+
     def check_drawable(self) -> None:
         """``ValueError`` when every valid slot has mass 0 (priority 0 with ``ε = 0``)."""
         if not self.tree.sums[0] > 0.0:
@@ -341,7 +358,8 @@ class ProportionalBackend:
         compiled call; ``None`` for the weights where the memory normalisation's ``P_min`` is
         not ``(min_i p_i + ε)^α / Σ_k m_k`` (``ε = 0`` with a zero priority, or an underflow):
         the caller computes them with :meth:`min_probability` then."""
-        self.check_drawable()
+        if not self.tree.sums[0] > 0.0:
+            self.check_drawable()
         return proportional_draw(self.tree, rng.random(k), self.count, beta, WEIGHT_MODES[weight_norm])
 
     def probabilities(self, slots: IntArray) -> FloatArray:

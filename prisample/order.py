@@ -45,6 +45,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from prisample._validation import _first_problem
+
 __all__ = ["FAN", "FAN_LOAD", "HALF", "LOAD", "ROOM", "SortedOrder", "stamp_limit"]
 
 
@@ -439,6 +441,69 @@ def _rebalance_block(state: Any, r: int, i: int) -> None:
         _even_blocks(state, r, i, rr, ir)
 
 
+@numba.njit(cache=True, inline="always")
+def _write_pair(
+    keys: np.ndarray,
+    stamps: np.ndarray,
+    row_key: np.ndarray,
+    row_code: np.ndarray,
+    node_blk: np.ndarray,
+    node_key: np.ndarray,
+    node_code: np.ndarray,
+    node_cnt: np.ndarray,
+    node_len: np.ndarray,
+    root_node: np.ndarray,
+    root_key: np.ndarray,
+    root_code: np.ndarray,
+    root_cnt: np.ndarray,
+    root_fen: np.ndarray,
+    meta: np.ndarray,
+    state: Any,
+    slot: int,
+    value: float,
+    new_stamp: int,
+) -> None:
+    """``keys[slot] = value``, ``stamps[slot] = new_stamp`` (-1 when ``value`` is NaN: removed),
+    the slot's pair moved to its place in the order."""
+    capacity = keys.shape[0]
+    old = keys[slot]
+    if not np.isnan(old):
+        code = stamps[slot] * capacity + slot
+        r, i = _find(root_key, root_code, meta[3], root_node, node_key, node_code, node_len, old, code)
+        g = root_node[r]
+        b, n = node_blk[g, i], node_cnt[g, i] - 1
+        for q in range(_count_before(row_key[b], row_code[b], n + 1, old, code), n):
+            row_key[b, q] = row_key[b, q + 1]
+            row_code[b, q] = row_code[b, q + 1]
+        node_cnt[g, i] = n
+        root_cnt[r] -= 1
+        _fen_add(root_fen, meta[3], r, -1)
+        meta[1] -= 1
+        if n < HALF and (meta[3] > 1 or node_len[g] > 1):
+            _rebalance_block(state, r, i)
+    keys[slot] = value
+    if np.isnan(value):
+        stamps[slot] = -1
+        return
+    stamps[slot] = new_stamp
+    key, code = value, new_stamp * capacity + slot
+    r, i = _find(root_key, root_code, meta[3], root_node, node_key, node_code, node_len, key, code)
+    g = root_node[r]
+    b, n = node_blk[g, i], node_cnt[g, i]
+    at = _count_before(row_key[b], row_code[b], n, key, code)
+    for q in range(n, at, -1):
+        row_key[b, q] = row_key[b, q - 1]
+        row_code[b, q] = row_code[b, q - 1]
+    row_key[b, at] = key
+    row_code[b, at] = code
+    node_cnt[g, i] = n + 1
+    root_cnt[r] += 1
+    _fen_add(root_fen, meta[3], r, 1)
+    meta[1] += 1
+    if n + 1 == ROOM:
+        _split_block(state, r, i)
+
+
 @numba.njit(cache=True)
 def _write(
     keys: np.ndarray,
@@ -482,45 +547,66 @@ def _write(
         root_fen,
         meta,
     )
-    capacity = keys.shape[0]
     for j in range(slots.shape[0]):
-        slot = slots[j]
-        old = keys[slot]
-        if not np.isnan(old):
-            code = stamps[slot] * capacity + slot
-            r, i = _find(root_key, root_code, meta[3], root_node, node_key, node_code, node_len, old, code)
-            g = root_node[r]
-            b, n = node_blk[g, i], node_cnt[g, i] - 1
-            for q in range(_count_before(row_key[b], row_code[b], n + 1, old, code), n):
-                row_key[b, q] = row_key[b, q + 1]
-                row_code[b, q] = row_code[b, q + 1]
-            node_cnt[g, i] = n
-            root_cnt[r] -= 1
-            _fen_add(root_fen, meta[3], r, -1)
-            meta[1] -= 1
-            if n < HALF and (meta[3] > 1 or node_len[g] > 1):
-                _rebalance_block(state, r, i)
-        keys[slot] = values[j]
-        if np.isnan(values[j]):
-            stamps[slot] = -1
-            continue
-        stamps[slot] = new_stamps[j]
-        key, code = values[j], new_stamps[j] * capacity + slot
-        r, i = _find(root_key, root_code, meta[3], root_node, node_key, node_code, node_len, key, code)
-        g = root_node[r]
-        b, n = node_blk[g, i], node_cnt[g, i]
-        at = _count_before(row_key[b], row_code[b], n, key, code)
-        for q in range(n, at, -1):
-            row_key[b, q] = row_key[b, q - 1]
-            row_code[b, q] = row_code[b, q - 1]
-        row_key[b, at] = key
-        row_code[b, at] = code
-        node_cnt[g, i] = n + 1
-        root_cnt[r] += 1
-        _fen_add(root_fen, meta[3], r, 1)
-        meta[1] += 1
-        if n + 1 == ROOM:
-            _split_block(state, r, i)
+        _write_pair(
+            keys, stamps, row_key, row_code, node_blk, node_key, node_code, node_cnt, node_len,
+            root_node, root_key, root_code, root_cnt, root_fen, meta, state,
+            slots[j], values[j], new_stamps[j],
+        )  # fmt: skip
+
+
+@numba.njit(cache=True)
+def _checked_write(
+    keys: np.ndarray,
+    stamps: np.ndarray,
+    row_key: np.ndarray,
+    row_code: np.ndarray,
+    block_free: np.ndarray,
+    node_blk: np.ndarray,
+    node_key: np.ndarray,
+    node_code: np.ndarray,
+    node_cnt: np.ndarray,
+    node_len: np.ndarray,
+    node_free: np.ndarray,
+    root_node: np.ndarray,
+    root_key: np.ndarray,
+    root_code: np.ndarray,
+    root_cnt: np.ndarray,
+    root_fen: np.ndarray,
+    meta: np.ndarray,
+    slots: np.ndarray,
+    values: np.ndarray,
+    first_stamp: int,
+) -> tuple[int, int]:
+    """``_first_problem(keys, slots, values, True)``; only if it finds none, :func:`_write` with
+    the stamps ``first_stamp + j``.  Returns the problem's ``(code, j)``, ``(0, 0)`` when written."""
+    problem, at = _first_problem(keys, slots, values, True)
+    if problem != 0:
+        return problem, at
+    state = (
+        row_key,
+        row_code,
+        block_free,
+        node_blk,
+        node_key,
+        node_code,
+        node_cnt,
+        node_len,
+        node_free,
+        root_node,
+        root_key,
+        root_code,
+        root_cnt,
+        root_fen,
+        meta,
+    )
+    for j in range(slots.shape[0]):
+        _write_pair(
+            keys, stamps, row_key, row_code, node_blk, node_key, node_code, node_cnt, node_len,
+            root_node, root_key, root_code, root_cnt, root_fen, meta, state,
+            slots[j], values[j], first_stamp + j,
+        )  # fmt: skip
+    return 0, 0
 
 
 @numba.njit(cache=True)
@@ -659,6 +745,37 @@ class SortedOrder:
         """``keys[slots] = values`` and ``stamps[slots] = stamps`` in order (NaN removes a slot,
         its stamp becoming -1), keeping the order exact."""
         _write(self.keys, self.stamps, *self._state(), slots, values, stamps)  # type: ignore[call-arg]
+
+    def checked_write(
+        self, slots: npt.NDArray[np.int64], values: npt.NDArray[np.float64], first_stamp: int
+    ) -> tuple[int, int]:
+        """Check that every slot is in range and filled and every value finite and ``>= 0``
+        (:func:`~prisample._validation.check_slots`), then :meth:`write` with the stamps
+        ``first_stamp + j``, in one compiled call; nothing changes unless all pass.  Returns
+        ``check_slots``'s ``(code, j)`` for the first problem, ``(0, 0)`` when written."""
+        code, j = _checked_write(
+            self.keys,
+            self.stamps,
+            self.row_key,
+            self.row_code,
+            self.block_free,
+            self.node_blk,
+            self.node_key,
+            self.node_code,
+            self.node_cnt,
+            self.node_len,
+            self.node_free,
+            self.root_node,
+            self.root_key,
+            self.root_code,
+            self.root_cnt,
+            self.root_fen,
+            self.meta,
+            slots,
+            values,
+            first_stamp,
+        )
+        return int(code), int(j)
 
     def select(self, ranks: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Slots at the given 0-based ranks (each in ``[0, count)``)."""

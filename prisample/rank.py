@@ -28,7 +28,9 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from prisample.order import SortedOrder, stamp_limit
+from prisample._validation import check_slots, raise_slot_problem
+from prisample.order import SortedOrder, _select, stamp_limit
+from prisample.weights import _MODES, _weights
 
 __all__ = ["RankBackend", "legacy_stamps", "power_law_partition", "power_sum"]
 
@@ -176,6 +178,35 @@ def _draw_ranks(
         probabilities[j] = density[s]
 
 
+@numba.njit(cache=True)
+def _draw_weighted(
+    cumulative: np.ndarray,
+    starts: np.ndarray,
+    density: np.ndarray,
+    uv: np.ndarray,
+    row_code: np.ndarray,
+    node_blk: np.ndarray,
+    node_cnt: np.ndarray,
+    root_node: np.ndarray,
+    root_fen: np.ndarray,
+    roots: int,
+    capacity: int,
+    n: int,
+    beta: float,
+    mode: int,
+    min_probability: float,
+    slots: np.ndarray,
+    probabilities: np.ndarray,
+    weights: np.ndarray,
+) -> None:
+    """:func:`_draw_ranks` (ranks written to ``slots``), the slots at those ranks (``_select``,
+    in place) and their weights (``_weights``): a draw and its weights in one call, the same
+    arithmetic as the three calls."""
+    _draw_ranks(cumulative, starts, density, uv[0], uv[1], slots, probabilities)
+    _select(row_code, node_blk, node_cnt, root_node, root_fen, roots, capacity, slots, slots)
+    _weights(probabilities, n, beta, mode, min_probability, weights)
+
+
 class RankBackend:
     """Rank-based distribution ``P(i) = rank(i)^-α / Σ_{r=1}^{N} r^-α`` (Sec. 3.3, variant 2).
 
@@ -285,6 +316,21 @@ class RankBackend:
         else:
             self.order.write(slots, values, stamps)
 
+    def checked_write(self, slots: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> None:
+        """``check_slots(raw, slots, values)`` (every slot filled, every value finite and
+        ``>= 0``) then :meth:`write`, with its error and nothing written on one; in one compiled
+        call for a batch that :meth:`write` would not re-sort in bulk (the sampler's
+        ``update_priorities``)."""
+        k = slots.shape[0]
+        if k > max(4096, self.order.count // 4) or self.next_stamp + k > stamp_limit(self.capacity):
+            check_slots(self.raw, slots, values)
+            self.write(slots, values)
+            return
+        code, j = self.order.checked_write(slots, values, self.next_stamp)
+        if code:
+            raise_slot_problem(code, j, self.raw, slots, values)
+        self.next_stamp += k
+
     def _renumber(self) -> None:
         """Stamps ``0 .. N-1`` in the same relative order: the counter nears the int64 limit
         (after about ``2^63 / capacity`` writes), and only the order of stamps matters."""
@@ -354,6 +400,39 @@ class RankBackend:
         uv = rng.random((2, k))
         _draw_ranks(self._cumulative, self._starts, self._density, uv[0], uv[1], ranks, probabilities)
         return self.order.select(ranks), probabilities
+
+    def sample_weighted(
+        self, k: int, rng: np.random.Generator, beta: float, weight_norm: str
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float32]]:
+        """:meth:`sample` and the draws' importance weights ``w_i = (N · P(i))^-β`` normalised
+        by ``weight_norm`` (Sec. 3.4, as :func:`~prisample.weights.importance_weights` with
+        ``P_min`` = :meth:`min_probability`) in one compiled call: the same batch and weights."""
+        self._partition()
+        slots = np.empty(k, dtype=np.int64)
+        probabilities = np.empty(k, dtype=np.float64)
+        weights = np.empty(k, dtype=np.float32)
+        order = self.order
+        _draw_weighted(
+            self._cumulative,
+            self._starts,
+            self._density,
+            rng.random((2, k)),
+            order.row_code,
+            order.node_blk,
+            order.node_cnt,
+            order.root_node,
+            order.root_fen,
+            int(order.meta[3]),
+            self.capacity,
+            int(order.meta[1]),
+            beta,
+            _MODES[weight_norm],
+            self._min_density if weight_norm == "memory" else 1.0,
+            slots,
+            probabilities,
+            weights,
+        )
+        return slots, probabilities, weights
 
     def probabilities(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
         self._partition()

@@ -44,12 +44,17 @@ from prisample.backends import (
     check_alpha_fits,
     check_masses_fit,
 )
+from prisample.rank import RankBackend
 from prisample.weights import LinearSchedule, WeightNorm, as_weight_norm, weights_unchecked
 
 __all__ = ["STATE_VERSION", "Draw", "PrioritizedSampler", "as_batch_indices"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+_INT64, _FLOAT64 = np.dtype(np.int64), np.dtype(np.float64)
+_FUSED = (ProportionalBackend, RankBackend)
+"""Backends with ``sample_weighted`` (a draw and this class's weights in one compiled call) and
+``checked_write`` (``check_slots`` and ``write`` in one)."""
 
 INDEXED_HINT = (
     "wrap the dataset in prisample.IndexedDataset so each batch carries its indices, and pass "
@@ -180,7 +185,10 @@ class PrioritizedSampler(ScheduledBeta, Sampler[int]):
 
     _base_weights: ClassVar[bool] = True
     """Whether the class keeps this class's :meth:`_weights` (then :meth:`sample` may fuse the
-    proportional draw with the weights); set for each subclass."""
+    draw with the weights); set for each subclass."""
+    _base_written: ClassVar[bool] = True
+    """Whether the class keeps this class's :meth:`_written`, which does nothing (then writes
+    need not call it); set for each subclass."""
 
     def __init__(
         self,
@@ -297,6 +305,7 @@ class PrioritizedSampler(ScheduledBeta, Sampler[int]):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._base_weights = cls._weights is PrioritizedSampler._weights
+        cls._base_written = cls._written is PrioritizedSampler._written
 
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:
@@ -340,18 +349,35 @@ class PrioritizedSampler(ScheduledBeta, Sampler[int]):
         converted nor checked again; only that every slot is filled is (``ValueError``, nothing
         changed), against the sampler's own priorities.
         """
-        if checked:
-            idx = as_batch_indices(indices)
-            values = as_priorities(priorities, idx.shape[0])
-        else:
+        if not checked:
             idx, values = cast(IntArray, indices), cast(FloatArray, priorities)
-        with self._lock:
-            if checked:
-                check_slots(self._raw, idx, values)
+        else:
+            # numpy int64 and float64 vectors (drawn indices, priorities computed in numpy) skip
+            # the conversion calls, which would return these very arrays.
+            if type(indices) is np.ndarray and indices.dtype is _INT64 and indices.ndim == 1:
+                idx = indices
             else:
-                check_slots(self._raw, idx)
-            self._backend.write(idx, values)
-            self._written(idx)
+                idx = as_batch_indices(indices)
+            if (
+                type(priorities) is np.ndarray
+                and priorities.dtype is _FLOAT64
+                and priorities.shape == idx.shape
+            ):
+                values = priorities
+            else:
+                values = as_priorities(priorities, idx.shape[0])
+        with self._lock:
+            backend = self._backend
+            if type(backend) in _FUSED:  # checks (slots filled, values valid) and write in one call
+                backend.checked_write(idx, values)  # type: ignore[attr-defined]
+            else:
+                if checked:
+                    check_slots(self._raw, idx, values)
+                else:
+                    check_slots(self._raw, idx)
+                backend.write(idx, values)
+            if not self._base_written:
+                self._written(idx)
             if self._iter_draws:
                 self._check_lag(idx)
             if self._head_length:
@@ -437,27 +463,23 @@ class PrioritizedSampler(ScheduledBeta, Sampler[int]):
     # -- draws ----------------------------------------------------------------------------------
     def sample(self, k: int) -> Draw:
         """Draw ``k`` slots (stratified) with their weights; advances the β schedule by one."""
-        k = check_positive_int(k, "k")
+        if type(k) is not int or k < 1:
+            k = check_positive_int(k, "k")
         with self._lock:
             backend = self._backend
             if backend.count == 0:
                 raise ValueError("cannot sample from an empty sampler (size=0): add slots first")
-            if self._base_weights and type(backend) is ProportionalBackend:
-                draw = self._sample_proportional(backend, k)
+            if self._base_weights and type(backend) in _FUSED:
+                # The draw and this class's weights in one compiled call: the same batch.
+                slots, probabilities, weights = backend.sample_weighted(  # type: ignore[attr-defined]
+                    k, self._rng, self._beta_now(), self.weight_norm
+                )
+                if weights is None:  # P_min of the smallest positive priority (eps = 0): the general path
+                    weights = self._weights(slots, probabilities)
             else:
                 slots, probabilities = backend.sample(k, self._rng)
-                draw = _new_draw(slots, self._weights(slots, probabilities), probabilities)
+                weights = self._weights(slots, probabilities)
             self._step += 1
-        return draw
-
-    def _sample_proportional(self, backend: ProportionalBackend, k: int) -> Draw:
-        """:meth:`sample`'s draw and weights for the proportional backend and this class's
-        :meth:`_weights`, in one compiled call (:meth:`ProportionalBackend.sample_weighted`):
-        the same batch."""
-        beta = self._beta_now()
-        slots, probabilities, weights = backend.sample_weighted(k, self._rng, beta, self.weight_norm)
-        if weights is None:  # P_min of the smallest positive priority (eps = 0): the general path
-            weights = self._weights(slots, probabilities)
         return _new_draw(slots, weights, probabilities)
 
     def weights(self, indices: npt.ArrayLike) -> npt.NDArray[np.float32]:
