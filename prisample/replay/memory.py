@@ -23,6 +23,7 @@ import numpy.typing as npt
 import torch
 
 from prisample._validation import as_indices, check_positive_int, to_numpy
+from prisample.replay import _compiled_write as compiled
 from prisample.replay._checks import (
     as_dtype,
     as_shape,
@@ -37,7 +38,7 @@ from prisample.replay.device_reads import DeviceReads
 from prisample.replay.frames import FramePool, reserve_rows
 from prisample.replay.nstep import NStepAccumulator
 from prisample.replay.spec import DTypes, Transitions, TransitionSpec
-from prisample.replay.stores import ObservationStore, make_store
+from prisample.replay.stores import FrameStore, ObservationStore, make_store
 from prisample.replay.vector_env import VectorStepConverter, converter_for, rows_of_extras
 from prisample.replay.writes import Inserted, TransitionWrites, VectorAdd, WriteRequest
 
@@ -114,6 +115,10 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
     _discount: npt.NDArray[np.float32]
     _generation: IntArray
     _extra: dict[str, npt.NDArray[Any]]
+    _compiled_write = True
+    """Whether one-step host writes go through the compiled write (:meth:`write_compiled`);
+    an instance set to ``False`` takes the general path only (the reference the compiled one
+    is tested against)."""
 
     def __init__(
         self,
@@ -286,14 +291,90 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
         (:class:`~prisample.replay.spec.TransitionSpec`), then stored as one batch; a rejected
         request changes nothing (the vector-step converter included).  Returns what changed."""
         if isinstance(request, VectorAdd):
-            return self._write_vector_step(request)
+            return self._write_vector_step(request)[0]
         if request.priorities is not None:
             raise TypeError(
                 "priorities= needs a PrioritizedReplay (a ReplayMemory holds no priorities), "
                 f"but got priorities={request.priorities!r}"
             )
+        done = self.write_compiled(request)
+        if done is not None:
+            return done[0]
         rows = self.spec.rows(self.obs_dtype, request)
         return self._write(rows)
+
+    def _compiles(self) -> bool:
+        """Whether writes may take the compiled path: host frames, one-step transitions, the
+        pool allocated (the first write, which may set the dtype, takes the general path)."""
+        return (
+            self._compiled_write
+            and self._nstep is None
+            and self.device is None
+            and type(self._store) is FrameStore
+            and self._store.pool is not None
+        )
+
+    def write_compiled(
+        self, request: WriteRequest, tree: Any = None, count: int = 0
+    ) -> tuple[Inserted, int | None] | None:
+        """:meth:`write` of an ``add``, ``add_many`` or ``add_vector_step`` in one call of compiled code
+        (:mod:`prisample.replay._compiled_write`) when the memory and the request are the common
+        case (host frames, ``n_step = 1``, arguments already of the stored dtypes and shapes);
+        ``None`` (nothing written) otherwise, and for a request the general path must reject.
+        ``tree``: a :class:`~prisample.trees.PriorityTree` holding ``count`` slots that the
+        write's evictions leave and its rows enter at the maximum priority, in the same call
+        (a :class:`~prisample.replay.PrioritizedReplay`'s sampler).  Returns what changed and the
+        tree's new count.  A vector step is always written (its converter has stepped): where
+        it is not the common case the general path writes it, and the count is ``None`` (the
+        tree not written)."""
+        if isinstance(request, VectorAdd):
+            return self._write_vector_step(request, tree, count)
+        if not self._compiles():
+            return None
+        rows = compiled.add_arrays(self.spec, self._store.dtype, request)
+        return None if rows is None else self._write_rows(rows, tree, count)
+
+    def _write_rows(
+        self, rows: compiled.CompiledRows, tree: Any, count: int
+    ) -> tuple[Inserted, int | None] | None:
+        """The compiled write of checked rows (see :meth:`write_compiled`)."""
+        store = self._store
+        assert isinstance(store, FrameStore)
+        c, n = self.capacity, rows.streams.shape[0]
+        if self._evicted.shape[0] < c + n:  # a write evicts at most the live transitions and its rows
+            self._evicted = np.empty(c + n, dtype=np.int64)
+        head = self._head
+        code, tail, count, slots, until, gone, ready, broke = compiled.write_rows(
+            store.pool,
+            (store.obs_rows, store.next_rows),
+            rows,
+            (self._action, self._reward, self._discount, self._generation),
+            self._stream_ended,
+            self._tail,
+            head,
+            self._evicted,
+            tree,
+            count,
+        )
+        if code > 0:  # a row the general path rejects: nothing was written
+            return None
+        self._tail, self._head = tail, head + n
+        if rows.extras:
+            self._columns.write_rows(slots, {f"extra.{name}": v for name, v in rows.extras.items()})
+        if code < 0:  # the memory was written, the tree refused a mass (the general path raises too)
+            raise RuntimeError(f"the sampler's tree refused the write (code {-code})")
+        for i in broke:
+            self._warn_broken(int(rows.streams[i]))
+        return Inserted(slots, gone, until, ready), count
+
+    def _warn_broken(self, stream: int) -> None:
+        warnings.warn(
+            f"obs does not continue the last transition of stream {stream} and was stored "
+            "in full: pass episode_end=True at the end of an episode, and one stream= per "
+            "environment when several share the memory",
+            RuntimeWarning,
+            stacklevel=caller_stacklevel(),
+        )
 
     def swap_slots(self, a: int, b: int) -> None:
         """Exchange the transitions held in live slots ``a`` and ``b``: their frame rows (so
@@ -321,22 +402,34 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
         self._columns.resend(both)
         self._store.swap(both, back)
 
-    def _write_vector_step(self, request: VectorAdd) -> Inserted:
-        """A vector step: the converter's rows (made at the first call), checked and written;
-        the converter is restored when the rows are rejected."""
+    def _write_vector_step(
+        self, request: VectorAdd, tree: Any = None, count: int = 0
+    ) -> tuple[Inserted, int | None]:
+        """A vector step: the converter's rows (made at the first call), checked and written
+        (compiled where :meth:`write_compiled` would be, with ``tree``); the converter is
+        restored when the rows are rejected.  Returns what changed and the tree's new count
+        (``None``: the general path wrote the rows, not the tree)."""
         mode = request.autoreset_mode
         converter = converter_for(self.vector_converter, request.reward, mode, self.num_streams)
         saved = converter.state_dict()
         rows = converter.step(*request[:7], gamma=request.gamma)
         try:
             picked = rows_of_extras(request.extras, rows, converter.num_envs)
-            done = self._write(self.spec.converted(self.obs_dtype, rows, picked))
+            fast = None
+            if self._compiles():
+                checked = compiled.vector_arrays(self.spec, self._store.dtype, rows, picked)
+                fast = None if checked is None else self._write_rows(checked, tree, count)
+            done, after = (
+                fast
+                if fast is not None
+                else (self._write(self.spec.converted(self.obs_dtype, rows, picked)), None)
+            )
         except BaseException:
             converter.load_state_dict(saved)
             raise
         if converter is not self.vector_converter:
             self.vector_converter, self._vector_configured = converter, getattr(mode, "value", mode)
-        return done
+        return done, after
 
     def _write(self, rows: Transitions) -> Inserted:
         """The one write: ``n`` checked transitions (:class:`~prisample.replay.spec.Transitions`)
@@ -374,13 +467,7 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
             ready = self._nstep.push_write(written, gone, tail0, head0, rows.reward, rows.discount, ends, ids)
             self._send_windows(ready)
         for i in breaks:
-            warnings.warn(
-                f"obs does not continue the last transition of stream {ids[i]} and was stored "
-                "in full: pass episode_end=True at the end of an episode, and one stream= per "
-                "environment when several share the memory",
-                RuntimeWarning,
-                stacklevel=caller_stacklevel(),
-            )
+            self._warn_broken(int(ids[i]))
         return Inserted(slots, gone, until, ready)
 
     # -- reads ----------------------------------------------------------------------------------

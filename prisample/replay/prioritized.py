@@ -20,19 +20,19 @@ from prisample._validation import (
     check_positive_int,
     short_repr,
 )
-from prisample.backends import sampler_choice
+from prisample.backends import ProportionalBackend, sampler_choice
 from prisample.device_sampler import DevicePrioritizedSampler
 from prisample.replay._rows import last_rows
 from prisample.replay.batch import ReplayBatch
 from prisample.replay.device import as_device
 from prisample.replay.device_steps import DeviceSteps
-from prisample.replay.eviction import Swaps, check_eviction, events, make_eviction
+from prisample.replay.eviction import FifoEviction, Swaps, check_eviction, events, make_eviction
 from prisample.replay.frames import reserve_rows
 from prisample.replay.memory import Inserted, ReplayMemory
 from prisample.replay.prefetch import Prefetcher
 from prisample.replay.replay_checkpoint import REPLAY_STATE_VERSION, ReplayCheckpoint
-from prisample.replay.writes import AddRequest, TransitionWrites, WriteRequest
-from prisample.sampler import Draw
+from prisample.replay.writes import AddRequest, TransitionWrites, VectorAdd, WriteRequest
+from prisample.sampler import Draw, PrioritizedSampler
 from prisample.slot_sampler import SlotSampler, make_sampler
 from prisample.weights import LinearSchedule, WeightNorm
 
@@ -230,6 +230,13 @@ class PrioritizedReplay(TransitionWrites, DeviceSteps, ReplayCheckpoint):
         """The memory's write (:meth:`ReplayMemory.write`) under the lock, with the sampler's side:
         the evicted transitions leave, the new ones enter at the maximum priority (under n-step:
         once complete), or at ``add_many``'s ``priorities=``."""
+        if self.memory._compiled_write and not self.on_device and self.memory.n_step == 1:
+            plain = isinstance(request, VectorAdd) or request.priorities is None
+            if plain and type(self._eviction) is FifoEviction:
+                with self.lock:
+                    done = self._write_compiled(request)
+                if done is not None:
+                    return done
         initial = None
         single = isinstance(request, AddRequest) and request.single
         n = 1 if single else _leading(request.reward)  # a vector step: at most one row per env
@@ -239,6 +246,33 @@ class PrioritizedReplay(TransitionWrites, DeviceSteps, ReplayCheckpoint):
         with self._write(n, initial) as write:
             write.done = self.memory.write(request)
         return write.done
+
+    def _write_compiled(self, request: WriteRequest) -> Inserted | None:
+        """The write in one compiled call (:meth:`ReplayMemory.write_compiled`) with the
+        sampler's tree where the sampler is a proportional one without hooks (other samplers
+        hear of the write as in :meth:`_admit`); ``None``: nothing written, the general path
+        writes.  Called under the lock, FIFO eviction and ``n_step = 1`` only."""
+        sampler, head = self.sampler, self.memory.num_added
+        if not isinstance(sampler, PrioritizedSampler):  # a sampler passed in: the general path
+            return None
+        backend = sampler.backend
+        tree = None
+        if (
+            isinstance(backend, ProportionalBackend)
+            and type(backend) is ProportionalBackend
+            and backend._positive is None  # eps = 0 keeps a second index of the priorities
+            and type(sampler)._written is PrioritizedSampler._written
+        ):
+            tree = backend.tree
+        result = self.memory.write_compiled(request, tree, backend.count)
+        if result is None:
+            return None
+        done, count = result
+        if tree is not None and count is not None:
+            cast(ProportionalBackend, backend).count = count
+        else:
+            self._admit(done, [], head)
+        return done
 
     def _initial_priorities(self, priorities: npt.ArrayLike, n: int) -> npt.NDArray[np.float64]:
         """``priorities=`` of :meth:`add_many`, checked before anything is written."""
