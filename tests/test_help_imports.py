@@ -64,13 +64,6 @@ are LightningCLI's commands, whose parser LightningCLI builds from Lightning's T
 recipe's LightningModule and LightningDataModule (their options are those classes' arguments)."""
 NOT_YET = "its config still lives in the module of its run (no torch-free parser yet)"
 PENDING = {
-    ("demo", "tour"): NOT_YET,
-    ("apex", "scaling"): NOT_YET,
-    ("apex", "compare"): NOT_YET,
-    ("apex", "ablate"): NOT_YET,
-    ("apex", "actor-learner"): NOT_YET,
-    ("cliffwalk", "run"): NOT_YET,
-    ("imbalanced_mnist", "lr-sweep"): NOT_YET,
     ("studies", "per-vs-uniform"): NOT_YET,
     ("studies", "supervised-beta"): NOT_YET,
     ("studies", "sb3-cartpole"): NOT_YET,

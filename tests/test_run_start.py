@@ -269,3 +269,113 @@ def test_apex_train_says_what_it_runs_and_no_aborts_before_ray(
     with pytest.raises(StartedError):
         run.main(["train"])
     assert "estimated time: unknown" in capsys.readouterr().err and len(started) == 1
+
+
+def test_apex_compare_says_what_it_runs_from_its_recorded_rate_and_no_aborts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("ray")
+    from recipes.apex import studies
+
+    monkeypatch.chdir(tmp_path)
+    started = _stub(monkeypatch, studies, "compare")
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n"))
+    with pytest.raises(SystemExit) as stopped:
+        studies.main(["compare", "--total_steps", "1000000"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
+    assert "9 runs on CartPole-v1 (3 seeds x Ape-X free, matched and one process)" in err
+    assert "9,000,000 env steps" in err and "docs/results/apex_compare_cartpole.json" in err
+
+    started = _stub(monkeypatch, studies, "scaling")
+    monkeypatch.setattr(sys, "stdin", Stdin("", tty=False))
+    with pytest.raises(StartedError):
+        studies.main(["scaling", "--actors", "1,2"])
+    err = capsys.readouterr().err
+    assert "one 60 s run per actor count (1, 2)" in err and "at most 2 min (--seconds per run)" in err
+
+
+def test_apex_ablate_and_actor_learner_say_what_they_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("ray")
+    from recipes.apex import ablate, actor_learner
+
+    monkeypatch.chdir(tmp_path)
+    started = _stub(monkeypatch, ablate, "ablate")
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n"))
+    with pytest.raises(SystemExit) as stopped:
+        ablate.main(["--total_steps", "1000000"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
+    assert "40 runs (8 arms x 5 seeds)" in err and "docs/results/apex_matched.json" in err
+
+    started = _stub(monkeypatch, actor_learner, "main")
+    monkeypatch.setattr(sys, "stdin", Stdin("", tty=False))
+    with pytest.raises(StartedError):
+        actor_learner.command(["--updates", "500"])
+    err = capsys.readouterr().err
+    assert "500 learner updates" in err and "docs/results/actor_learner_limited.json" in err
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "said"),
+    [
+        ("cliffwalk", ["--seeds", "2"], "5 agents x 2 representations x n = 2..12 x 2 seeds, 220 runs"),
+        ("offpolicy", ["--seeds", "1"], "28 runs (2 envs x 2 representations x 7 arms x 1 seeds)"),
+    ],
+)
+def test_an_experiment_prints_one_line_and_never_blocks(
+    module: str,
+    argv: list[str],
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The Blind Cliffwalk and the off-policy recipe (``make demo`` runs the first without a terminal):
+    one line, and no question (nothing recorded, so no estimate over an hour)."""
+    import dataclasses
+    import importlib
+
+    pytest.importorskip("gymnasium")
+    experiment = importlib.import_module(f"recipes.{module}.experiment").EXPERIMENT
+    started: list[object] = []
+
+    def run(config: object) -> object:
+        started.append(config)
+        raise StartedError
+
+    monkeypatch.chdir(tmp_path)
+    stdin = Stdin("n\n")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    with pytest.raises(StartedError):
+        dataclasses.replace(experiment, run=run).command(argv)
+    err = capsys.readouterr().err
+    assert len(started) == 1 and not stdin.asked and len(err.strip().splitlines()) == 1
+    assert said in err and f"writing runs/{module}; estimated time: unknown" in err
+
+
+def test_imbalanced_mnist_compare_and_lr_sweep_say_what_they_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from recipes.imbalanced_mnist import config
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n"))
+    with pytest.raises(SystemExit) as stopped:
+        config.start_compare(["compare", "--max_steps", "200000"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and list(tmp_path.iterdir()) == []
+    assert "9 runs (3 arms x 3 seeds), 1,800,000 updates" in err
+    assert "docs/results/imbalanced_mnist.json" in err
+
+    monkeypatch.setattr(sys, "stdin", Stdin("", tty=False))  # make demo: one line, no question
+    assert config.start_compare(["compare", "--seeds", "1"]).seeds == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Start it?" not in err
+
+    plan = config.sweep_plan(config.parse_sweep(["--max_steps", "100000"]))
+    seconds = plan.estimate_s()
+    assert plan.steps == 45 * 100_000 and seconds is not None and seconds > launch.ASK_ABOVE_S
+    assert "docs/results/imbalanced_mnist_lr_sweep.json" in plan.summary()
