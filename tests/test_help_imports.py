@@ -62,32 +62,7 @@ EXCEPTIONS = {("imbalanced_mnist", name): LIGHTNING_CLI for name in ("fit", "val
 """Commands whose ``--help`` cannot do without heavy modules, and the ones they may import: these
 are LightningCLI's commands, whose parser LightningCLI builds from Lightning's Trainer and the
 recipe's LightningModule and LightningDataModule (their options are those classes' arguments)."""
-NOT_YET = "its config still lives in the module of its run (no torch-free parser yet)"
-PENDING = {
-    ("demo", "tour"): NOT_YET,
-    ("apex", "scaling"): NOT_YET,
-    ("apex", "compare"): NOT_YET,
-    ("apex", "ablate"): NOT_YET,
-    ("apex", "actor-learner"): NOT_YET,
-    ("cliffwalk", "run"): NOT_YET,
-    ("imbalanced_mnist", "lr-sweep"): NOT_YET,
-    ("studies", "per-vs-uniform"): NOT_YET,
-    ("studies", "supervised-beta"): NOT_YET,
-    ("studies", "sb3-cartpole"): NOT_YET,
-    ("studies", "diagnostics-figures"): NOT_YET,
-}
-"""Commands whose ``--help`` still imports a heavy module: strict xfails, so that the fix of one
-fails here until its entry is removed."""
-
-
-def _marks(recipe: str, argv: tuple[str, ...]) -> list[pytest.MarkDecorator]:
-    key = (recipe, argv[0]) if argv and argv[0] != "--help" else None
-    if key in PENDING:
-        return [pytest.mark.xfail(strict=True, reason=PENDING[key])]
-    return []
-
-
-PARAMS = [pytest.param(r, a, id=" ".join((r, *a)), marks=_marks(r, a)) for r, a in LINES]
+PARAMS = [pytest.param(r, a, id=" ".join((r, *a))) for r, a in LINES]
 
 
 @pytest.mark.parametrize(("recipe", "argv"), PARAMS)
@@ -117,4 +92,4 @@ def test_help_imports_no_heavy_module(recipe: str, argv: tuple[str, ...], tmp_pa
 
 def test_every_command_is_checked_or_excepted_for_a_reason() -> None:
     """Each exception names a registered command, so that a renamed one cannot hide."""
-    assert set(EXCEPTIONS) | set(PENDING) <= set(COMMANDS)
+    assert set(EXCEPTIONS) <= set(COMMANDS)

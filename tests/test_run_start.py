@@ -269,3 +269,254 @@ def test_apex_train_says_what_it_runs_and_no_aborts_before_ray(
     with pytest.raises(StartedError):
         run.main(["train"])
     assert "estimated time: unknown" in capsys.readouterr().err and len(started) == 1
+
+
+def test_apex_compare_says_what_it_runs_from_its_recorded_rate_and_no_aborts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("ray")
+    from recipes.apex import studies
+
+    monkeypatch.chdir(tmp_path)
+    started = _stub(monkeypatch, studies, "compare")
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n"))
+    with pytest.raises(SystemExit) as stopped:
+        studies.main(["compare", "--total_steps", "1000000"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
+    assert "9 runs on CartPole-v1 (3 seeds x Ape-X free, matched and one process)" in err
+    assert "9,000,000 env steps" in err and "docs/results/apex_compare_cartpole.json" in err
+
+    started = _stub(monkeypatch, studies, "scaling")
+    monkeypatch.setattr(sys, "stdin", Stdin("", tty=False))
+    with pytest.raises(StartedError):
+        studies.main(["scaling", "--actors", "1,2"])
+    err = capsys.readouterr().err
+    assert "one 60 s run per actor count (1, 2)" in err and "at most 2 min (--seconds per run)" in err
+
+
+def test_apex_ablate_and_actor_learner_say_what_they_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("ray")
+    from recipes.apex import ablate, actor_learner
+
+    monkeypatch.chdir(tmp_path)
+    started = _stub(monkeypatch, ablate, "ablate")
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n"))
+    with pytest.raises(SystemExit) as stopped:
+        ablate.main(["--total_steps", "1000000"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
+    assert "40 runs (8 arms x 5 seeds)" in err and "docs/results/apex_matched.json" in err
+
+    started = _stub(monkeypatch, actor_learner, "main")
+    monkeypatch.setattr(sys, "stdin", Stdin("", tty=False))
+    with pytest.raises(StartedError):
+        actor_learner.command(["--updates", "500"])
+    err = capsys.readouterr().err
+    assert "500 learner updates" in err and "docs/results/actor_learner_limited.json" in err
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "said"),
+    [
+        ("cliffwalk", ["--seeds", "2"], "5 agents x 2 representations x n = 2..12 x 2 seeds, 220 runs"),
+        ("offpolicy", ["--seeds", "1"], "28 runs (2 envs x 2 representations x 7 arms x 1 seeds)"),
+    ],
+)
+def test_an_experiment_prints_one_line_and_never_blocks(
+    module: str,
+    argv: list[str],
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The Blind Cliffwalk and the off-policy recipe (``make demo`` runs the first without a terminal):
+    one line, and no question (nothing recorded, so no estimate over an hour)."""
+    import dataclasses
+    import importlib
+
+    pytest.importorskip("gymnasium")
+    experiment = importlib.import_module(f"recipes.{module}.experiment").EXPERIMENT
+    started: list[object] = []
+
+    def run(config: object) -> object:
+        started.append(config)
+        raise StartedError
+
+    monkeypatch.chdir(tmp_path)
+    stdin = Stdin("n\n")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    with pytest.raises(StartedError):
+        dataclasses.replace(experiment, run=run).command(argv)
+    err = capsys.readouterr().err
+    assert len(started) == 1 and not stdin.asked and len(err.strip().splitlines()) == 1
+    assert said in err and f"writing runs/{module}; estimated time: unknown" in err
+
+
+def test_imbalanced_mnist_compare_and_lr_sweep_say_what_they_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from recipes.imbalanced_mnist import config
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n"))
+    with pytest.raises(SystemExit) as stopped:
+        config.start_compare(["compare", "--max_steps", "200000"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and list(tmp_path.iterdir()) == []
+    assert "9 runs (3 arms x 3 seeds), 1,800,000 updates" in err
+    assert "docs/results/imbalanced_mnist.json" in err
+
+    monkeypatch.setattr(sys, "stdin", Stdin("", tty=False))  # make demo: one line, no question
+    assert config.start_compare(["compare", "--seeds", "1"]).seeds == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Start it?" not in err
+
+    plan = config.sweep_plan(config.parse_sweep(["--max_steps", "100000"]))
+    seconds = plan.estimate_s()
+    assert plan.steps == 45 * 100_000 and seconds is not None and seconds > launch.ASK_ABOVE_S
+    assert "docs/results/imbalanced_mnist_lr_sweep.json" in plan.summary()
+
+
+# -- the studies --------------------------------------------------------------------------------
+
+
+def test_per_vs_uniform_run_says_what_it_trains_and_no_aborts_before_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run`` prints its plan from the committed runs' rate (and asks: over an hour); ``--yes``
+    given to the command reaches the run without a question; ``report`` runs nothing and says nothing."""
+    for extra in ("gymnasium", "tqdm", "matplotlib"):
+        pytest.importorskip(extra)
+    from recipes.common.cli import dispatch
+    from recipes.studies import COMMANDS, per_vs_uniform
+
+    monkeypatch.chdir(tmp_path)
+    started = _stub(monkeypatch, per_vs_uniform, "run")
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n"))
+    with pytest.raises(SystemExit) as stopped:
+        per_vs_uniform.main(["run", "--envs", "CartPole-v1"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
+    assert "50 Double DQN runs (50 on CartPole-v1;" in err and "2,500,000 agent steps" in err
+    assert "docs/results/per_vs_uniform_cartpole.json" in err and "Start it? [y/N]" in err
+
+    stdin = Stdin("n\n")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    with pytest.raises(StartedError):
+        dispatch("studies", "", COMMANDS, ["per-vs-uniform", "run", "--envs", "CartPole-v1", "--yes"])
+    assert not stdin.asked and "50 Double DQN runs" in capsys.readouterr().err and len(started) == 1
+
+    reported = _stub(monkeypatch, per_vs_uniform, "write_report")
+    with pytest.raises(StartedError):
+        per_vs_uniform.main(["report"])
+    assert capsys.readouterr().err == "" and len(reported) == 1
+
+
+def test_sb3_cartpole_says_what_it_runs_from_the_committed_run_times_and_no_aborts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("stable_baselines3")
+    from recipes.studies import sb3_cartpole
+
+    monkeypatch.chdir(tmp_path)
+    started = _stub(monkeypatch, sb3_cartpole, "run")
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n"))
+    with pytest.raises(SystemExit) as stopped:
+        sb3_cartpole.main(["--run"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
+    assert "15 SB3 DQN runs on CartPole-v1 (uniform, proportional, rank x 5 seeds)" in err
+    assert "measured for this configuration in docs/results/sb3_cartpole_fixed.json" in err
+
+    monkeypatch.setattr(sys, "stdin", Stdin("", tty=False))
+    with pytest.raises(StartedError):
+        sb3_cartpole.main(["--seeds", "1", "--timesteps", "512"])
+    assert "3 SB3 DQN runs" in capsys.readouterr().err and len(started) == 1
+
+
+def test_supervised_beta_says_what_it_runs_and_asks_once_a_time_is_recorded(
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """No time recorded yet: the summary says "unknown" and nothing is asked; with a recorded time
+    (the ``wall_s`` the command now writes), a run over an hour asks and "n" starts nothing."""
+    pytest.importorskip("torch")
+    from recipes.studies import supervised_beta
+
+    monkeypatch.chdir(tmp_path)
+    started = _stub(monkeypatch, supervised_beta, "run")
+    stdin = Stdin("n\n")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    with pytest.raises(StartedError):
+        supervised_beta.main(["--seeds", "2"])
+    err = capsys.readouterr().err
+    assert "6 MLP trainings (3 arms x 2 seeds), 12,000 SGD steps" in err and not stdin.asked
+    assert "estimated time: unknown" in err and len(started) == 1
+
+    from recipes.studies import supervised_beta_config
+
+    recorded = tmp_path_factory.mktemp("recorded") / "supervised_beta.json"
+    recorded.write_text('{"config": {"seeds": 1, "steps": 1000}, "wall_s": 1.0}')  # 3,000 steps/s
+    monkeypatch.setattr(supervised_beta_config, "RESULT", str(recorded))
+    with pytest.raises(SystemExit) as stopped:
+        supervised_beta.main(["--seeds", "1", "--steps", "4000000"])  # 12,000,000 steps: 67 min
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and len(started) == 1 and list(tmp_path.iterdir()) == []
+    assert "about 67 min at 3,000.0 SGD steps/s" in err and "Start it? [y/N]" in err
+
+
+def test_diagnostics_figures_says_what_it_runs_and_no_aborts_before_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("jsonargparse")
+    from recipes.studies import diagnostics_figures
+
+    monkeypatch.chdir(tmp_path)
+    started = _stub(monkeypatch, diagnostics_figures, "run_dqn")
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n"))
+    with pytest.raises(SystemExit) as stopped:
+        diagnostics_figures.main(["--steps", "4000000"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
+    assert "3 Double DQN runs on MinAtar/Breakout-v1 (uniform, proportional, rank;" in err
+    assert "and 1 imbalanced-MNIST run (2,000 updates)" in err and "Start it? [y/N]" in err
+    assert "docs/results/diagnostics/diagnostics_figures.json" in err
+
+    monkeypatch.setattr(sys, "stdin", Stdin("", tty=False))
+    with pytest.raises(StartedError):
+        diagnostics_figures.main(["--parts", "dqn"])
+    err = capsys.readouterr().err
+    assert "3 Double DQN runs" in err and "MNIST" not in err and "estimated time: about" in err
+
+
+def test_replay_ablation_says_what_its_sweeps_run_and_no_aborts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("jsonargparse")
+    from recipes.studies import replay_ablation
+
+    monkeypatch.chdir(tmp_path)
+    started: list[object] = []
+
+    def sweep(config: object) -> dict[str, object]:
+        started.append(config)
+        return {}
+
+    monkeypatch.setattr("recipes.dqn.sweep.sweep", sweep)
+    monkeypatch.setattr(sys, "stdin", Stdin("n\n"))
+    with pytest.raises(SystemExit) as stopped:
+        replay_ablation.main(["--cartpole_steps", "5000000"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
+    assert "25 Double DQN runs (uniform, proportional, rank, lap, laber x 5 seeds) on CartPole-v1;" in err
+    assert "15 Double DQN runs" in err and "MinAtar/Breakout-v1" in err and "Start it? [y/N]" in err
+
+    monkeypatch.setattr(sys, "stdin", Stdin("", tty=False))
+    replay_ablation.main(["--envs", "CartPole-v1", "--cartpole_seeds", "1", "--cartpole_steps", "2000"])
+    assert "5 Double DQN runs" in capsys.readouterr().err and len(started) == 1

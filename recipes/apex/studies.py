@@ -27,16 +27,16 @@ this module ran as ``python -m recipes.apex scaling|compare``.
 from __future__ import annotations
 
 import os
+import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from recipes.apex.config import ApexConfig, apex_fields, learner_config, ray_cpus, recipe_config, start_ray
+from recipes.apex.config import ray_cpus, start_ray
 from recipes.apex.report import (
-    PROG,
     compare_markdown,
     compare_row,
     compare_summary,
@@ -47,81 +47,20 @@ from recipes.apex.report import (
     scaling_row,
 )
 from recipes.apex.run import train
-from recipes.common import cli, outputs
-from recipes.dqn.config import PAPER_ARMS, DDQNConfig
+from recipes.apex.study_config import (
+    CompareConfig,
+    ScalingConfig,
+    apex_run,
+    parse_study,
+    scaling_run,
+    single_run,
+    study_plan,
+)
+from recipes.common import launch, outputs
 from recipes.dqn.run import train as train_single
 from recipes.dqn.sweep_report import collect, plot
 
-COMMANDS = ("scaling", "compare")
-EPILOG = "One run: python -m recipes.apex train."
-
-
 # -- throughput against actors ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ScalingConfig:
-    """Fixed-duration Ape-X runs, one per actor count."""
-
-    env: str = "CartPole-v1"
-    """Gymnasium id (CartPole-v1, MinAtar/Breakout-v1, ...)."""
-    actors: tuple[int, ...] = (1, 2, 4)
-    """Actor counts, a comma list."""
-    seconds: float = 60.0
-    """Time budget of each run (Ray start, actors' start and learning_starts included)."""
-    envs_per_actor: int = 4
-    """Environments per actor."""
-    device: str = "auto"
-    """The learner's device."""
-    seed: int = 0
-    """Seed of every run."""
-    out: str = "runs/apex_dqn/apex_scaling"
-    """Output prefix: <out>.json, <out>.png, <out>.md; the runs under <out>_runs/."""
-    apex: dict[str, Any] | None = None
-    """Other ApexConfig fields of every run as JSON, e.g. '{"actor_sync_every": 800, "shards": 2}'."""
-
-    def __post_init__(self) -> None:
-        cli.require(
-            bool(self.actors) and min(self.actors) >= 1,
-            "actors",
-            "be a comma list of counts >= 1",
-            self.actors,
-        )
-        cli.positive(self, "seconds", "envs_per_actor")
-        apex_fields(self.apex, SCALING_SETS)
-        scaling_run(self, max(self.actors))  # refused here, before any run starts
-
-
-def scaling_run(config: ScalingConfig, actors: int) -> ApexConfig:
-    """The run of ``actors`` actors: ``seconds`` long, no evaluation, no cap on updates."""
-    total = config.envs_per_actor * (10**9 // config.envs_per_actor)  # the time budget stops the run
-    return ApexConfig(
-        env=config.env,
-        actors=actors,
-        envs_per_actor=config.envs_per_actor,
-        total_steps=total,
-        time_budget_s=config.seconds,
-        eval_every=0,
-        device=config.device,
-        seed=config.seed,
-        out=f"{config.out}_runs/actors{actors}",
-        progress=False,
-        **(config.apex or {}),
-    )
-
-
-SCALING_SETS = (
-    "env",
-    "actors",
-    "envs_per_actor",
-    "total_steps",
-    "time_budget_s",
-    "eval_every",
-    "device",
-    "seed",
-    "out",
-    "progress",
-)
 
 
 def scaling(config: ScalingConfig, argv: list[str]) -> dict[str, Any]:
@@ -163,108 +102,6 @@ def scaling(config: ScalingConfig, argv: list[str]) -> dict[str, Any]:
 
 
 # -- learning against the single-process recipe ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CompareConfig:
-    """Ape-X and the single-process recipe at the same env steps, seeds, arm and n-step."""
-
-    env: str = "CartPole-v1"
-    """Gymnasium id (CartPole-v1, MinAtar/Breakout-v1, ...)."""
-    arm: str = "proportional"
-    """The recipe's arm, for both: uniform, proportional or rank."""
-    actors: int = 2
-    """Ape-X actors."""
-    envs_per_actor: int = 4
-    """Environments per Ape-X actor."""
-    total_steps: int = 50_000
-    """Env steps of every run (summed over Ape-X's actors)."""
-    seeds: int = 3
-    """Seeds seed, seed + 1, ...: each gets one Ape-X and one single-process run."""
-    seed: int = 0
-    """The first seed."""
-    device: str = "auto"
-    """Both learners' device."""
-    ratios: tuple[str, ...] = ("free", "matched")
-    """Ape-X runs per seed, by their updates per env step against the recipe's r = 1 / replay_period,
-    a comma list: free (no bound), capped (at most r), matched (at most and at least r)."""
-    n_step: int = 3
-    """n of both (Ape-X: 3; the single-process recipe's default is 1)."""
-    learner: dict[str, Any] | None = None
-    """Fields of the recipe's config for both, as JSON (e.g. '{"lr": 0.001}')."""
-    apex: dict[str, Any] | None = None
-    """Other ApexConfig fields as JSON (e.g. '{"actor_sync_every": 800}')."""
-    out: str = "runs/apex_dqn/apex_compare"
-    """Output prefix: <out>.json, <out>.png, <out>.md; runs under <out>_runs/."""
-
-    def __post_init__(self) -> None:
-        cli.one_of(self, "arm", PAPER_ARMS)
-        cli.positive(self, "actors", "seeds", "n_step")
-        cli.subset_of(self, "ratios", RATIOS)
-        apex_fields(self.apex, COMPARE_SETS)
-        apex_run(self, self.seed)  # both refused here, before any run starts
-        single_run(self, self.seed)
-
-
-RATIOS = ("free", "capped", "matched")
-
-
-def apex_run(config: CompareConfig, seed: int, ratio: str = "free") -> ApexConfig:
-    """Ape-X with ``seed``, its updates per env step bounded as ``ratio`` says."""
-    run = ApexConfig(
-        env=config.env,
-        arm=config.arm,
-        actors=config.actors,
-        envs_per_actor=config.envs_per_actor,
-        total_steps=config.total_steps,
-        n_step=config.n_step,
-        device=config.device,
-        seed=seed,
-        out=f"{config.out}_runs/apex_{ratio}/seed{seed}",
-        progress=False,
-        learner=config.learner,
-        **(config.apex or {}),
-    )
-    recipe = 1.0 / learner_config(run).replay_period
-    if ratio in ("capped", "matched"):
-        run = replace(run, max_replay_ratio=recipe)
-    if ratio == "matched":
-        run = replace(run, min_replay_ratio=recipe)
-    return run
-
-
-def single_run(config: CompareConfig, seed: int) -> DDQNConfig:
-    """``python -m recipes.dqn train`` with the same env, arm, steps, seed, n-step and learner."""
-    return recipe_config(
-        config.env,
-        config.arm,
-        config.learner,
-        seed=seed,
-        total_steps=config.total_steps,
-        n_step=config.n_step,
-        device=config.device,
-        log_dir=f"{config.out}_runs/single",
-        run_name=f"seed{seed}",
-        tensorboard=False,
-        progress=False,
-    )
-
-
-COMPARE_SETS = (
-    "env",
-    "arm",
-    "actors",
-    "envs_per_actor",
-    "total_steps",
-    "n_step",
-    "device",
-    "seed",
-    "out",
-    "progress",
-    "learner",
-    "max_replay_ratio",
-    "min_replay_ratio",
-)
 
 
 def compare(config: CompareConfig, argv: list[str]) -> dict[str, Any]:
@@ -333,9 +170,12 @@ def compare_title(config: CompareConfig) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """``python -m recipes.apex scaling|compare [options]``; ``--help`` lists them."""
-    command, options = cli.subcommand(argv, COMMANDS, prog=PROG, epilog=EPILOG)
-    args = [command, *options]  # the command line the JSON records
-    if command == "scaling":
-        return scaling(cli.parse(ScalingConfig, options, prog=f"{PROG} scaling", epilog=EPILOG), args)
-    return compare(cli.parse(CompareConfig, options, prog=f"{PROG} compare", epilog=EPILOG), args)
+    """``python -m recipes.apex scaling|compare [options]``; ``--help`` lists them.  What will run is
+    printed first (and asked about on a terminal when over an hour; ``--yes`` does not ask)."""
+    yes, args = launch.take_yes(sys.argv[1:] if argv is None else argv)  # args: what the JSON records
+    command, config = parse_study(args)
+    launch.confirm(study_plan(command, config), yes)
+    if isinstance(config, ScalingConfig):
+        return scaling(config, args)
+    assert isinstance(config, CompareConfig)
+    return compare(config, args)

@@ -19,5 +19,6 @@ COMMANDS = (
         "run",
         "the experiment: every agent, representation and size; table, JSON and plots",
         "recipes.cliffwalk.experiment:command",
+        parser="recipes.cliffwalk.config:parse_command",
     ),
 )

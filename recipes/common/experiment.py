@@ -1,7 +1,7 @@
 """The command of a recipe whose run is one experiment and one report: the command line that
 reproduces a config, the run that times the experiment and writes its report, and the parsing of
 ``python -m recipes.<name> run [options]`` into that run (the Blind Cliffwalk and the off-policy
-recipes).
+recipes), which says what it is about to run first (``recipes/common/launch.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from recipes.common import cli, outputs
+from recipes.common import cli, launch, outputs
 
 __all__ = ["Experiment", "ExperimentConfig"]
 
@@ -42,6 +42,9 @@ class Experiment(Generic[ConfigT, ResultsT]):
     """The experiment."""
     write: Callable[[ResultsT, ConfigT, float, str], list[Path]]
     """The report: the results, the config, the runtime in seconds and :meth:`command_line`."""
+    plan: Callable[[ConfigT], launch.RunPlan] | None = None
+    """What a config is about to run: :meth:`command` prints it (:func:`launch.confirm`) before
+    :meth:`main`; ``None``: nothing is printed."""
 
     @property
     def prog(self) -> str:
@@ -65,5 +68,10 @@ class Experiment(Generic[ConfigT, ResultsT]):
         return results
 
     def command(self, argv: list[str]) -> ResultsT:
-        """``python -m recipes.<name> run [options]``: its options, then :meth:`main`."""
-        return self.main(cli.parse(self.config, argv, prog=self.prog))
+        """``python -m recipes.<name> run [options]``: its options, what will run (asked about on a
+        terminal when over an hour, unless ``--yes``), then :meth:`main`."""
+        yes, options = launch.take_yes(argv)
+        config = cli.parse(self.config, options, prog=self.prog)
+        if self.plan is not None:
+            launch.confirm(self.plan(config), yes)
+        return self.main(config)

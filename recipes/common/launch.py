@@ -28,7 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["ASK_ABOVE_S", "ROOT", "Measured", "RunPlan", "confirm", "duration", "measured", "take_yes"]
+__all__ = [
+    "ASK_ABOVE_S",
+    "ROOT",
+    "Measured",
+    "RunPlan",
+    "confirm",
+    "duration",
+    "measured",
+    "recorded_config",
+    "take_yes",
+]
 
 ASK_ABOVE_S = 3600.0
 """A run estimated to take longer than this (seconds) asks before it starts, on a terminal."""
@@ -62,6 +72,16 @@ def measured(path: str, label: str, read: Callable[[Any], float | Sequence[float
     return Measured(float(rate), path, label) if rate > 0 else None
 
 
+def recorded_config(path: str) -> dict[str, Any]:
+    """The ``config`` the JSON at ``path`` records (``{}`` when there is none): what a measurement's
+    configuration was, to tell whether it is a run's own."""
+    try:
+        config = json.loads((ROOT / path).read_text()).get("config")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
 def duration(seconds: float) -> str:
     """``seconds`` in the largest unit that keeps it readable: ``40 s``, ``12 min``, ``3.5 h``, ``9 days``."""
     if seconds < 90:
@@ -80,12 +100,14 @@ class RunPlan:
     ``rate`` is the throughput measured for this configuration (``exact``) or the fastest one measured
     for the recipe on any configuration (a lower bound on the time); ``None``: no measurement.  The
     estimate is ``steps / (rate · parallel)`` seconds (``parallel``: runs at once, each at ``rate``),
-    at most ``time_budget_s`` when the run stops itself then.
+    at most ``time_budget_s`` when the run stops itself then (``budget_option``: the option that sets
+    it).  ``steps`` is ``None`` for runs that a time budget alone stops.  ``brief``: the summary on one
+    line (a run of minutes, which ``make demo`` starts), without the short run.
     """
 
     command: str
     what: str
-    steps: int
+    steps: int | None
     out_dir: str
     short: str
     rate: Measured | None = None
@@ -93,10 +115,12 @@ class RunPlan:
     unit: str = "agent steps"
     time_budget_s: float | None = None
     parallel: int = 1
+    budget_option: str = "--time_budget_s"
+    brief: bool = False
 
     def estimate_s(self) -> float | None:
         """Seconds the run should take, ``None`` when unknown (see the class)."""
-        if self.rate is None:
+        if self.rate is None or self.steps is None:
             return self.time_budget_s
         seconds = self.steps / (self.rate.steps_per_s * max(self.parallel, 1))
         return seconds if self.time_budget_s is None else min(seconds, self.time_budget_s)
@@ -108,7 +132,7 @@ class RunPlan:
         if seconds is None:
             return "unknown (no throughput of this recipe is recorded)"
         if budget:
-            return f"at most {duration(seconds)} (--time_budget_s)"
+            return f"at most {duration(seconds)} ({self.budget_option})"
         assert self.rate is not None
         rate = f"{self.rate.steps_per_s:,.1f} {self.unit}/s"
         if self.parallel > 1:
@@ -124,9 +148,13 @@ class RunPlan:
 
     def summary(self) -> str:
         """The lines :func:`confirm` prints: what, how many steps, where, how long, how to run a short one."""
+        steps = "" if self.steps is None else f", {self.steps:,} {self.unit}"
+        first = f"{self.command}: {self.what}{steps}, writing {self.out_dir}"
+        if self.brief:
+            return f"{first}; estimated time: {self.estimate()}"
         return "\n".join(
             [
-                f"{self.command}: {self.what}, {self.steps:,} {self.unit}, writing {self.out_dir}",
+                first,
                 f"estimated time: {self.estimate()}",
                 f"a short run: {self.short}; {YES} starts without asking",
             ]

@@ -17,5 +17,6 @@ COMMANDS = (
         "tour",
         "P(i) against p_i^α, the weights w_i, a prioritized DataLoader and a replay loop (make demo)",
         "recipes.demo.tour:command",
+        parser="recipes.demo.config:parse_command",
     ),
 )

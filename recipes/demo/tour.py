@@ -11,8 +11,6 @@ synthetic data, in well under a minute on two CPU cores:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import numpy.typing as npt
 import torch
@@ -20,25 +18,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from prisample import IndexedDataset, PrioritizedSampler
-from recipes.common import cli
+from recipes.demo.config import DemoConfig, parse_command
 
 FloatArray = npt.NDArray[np.float64]
-
-
-@dataclass(frozen=True)
-class DemoConfig:
-    """Sizes of the demonstration."""
-
-    draws: int = 200_000
-    """Draws used to estimate sampling frequencies."""
-    dataset_size: int = 2_000
-    """Examples in the synthetic classification set."""
-    rare_fraction: float = 0.02
-    """Share of the rare class in it."""
-    epochs: int = 3
-    """Epochs of the DataLoader demonstration."""
-    seed: int = 0
-    """Seed of the sampler, the data and the model."""
 
 
 def exact_proportional(priorities: FloatArray, alpha: float, eps: float) -> FloatArray:
@@ -151,7 +133,8 @@ def show_replay_loop(config: DemoConfig) -> None:
     print(f"           weights {np.round(draw.weights.astype(float), 3).tolist()}")
 
 
-def main(config: DemoConfig = DemoConfig()) -> None:
+def main(config: DemoConfig | None = None) -> None:
+    config = DemoConfig() if config is None else config
     torch.set_num_threads(1)
     show_distributions(config)
     show_weights()
@@ -161,4 +144,4 @@ def main(config: DemoConfig = DemoConfig()) -> None:
 
 def command(argv: list[str]) -> None:
     """``python -m recipes.demo tour [options]``: the options as a :class:`DemoConfig`, then :func:`main`."""
-    return main(cli.parse(DemoConfig, argv, prog="python -m recipes.demo tour"))
+    return main(parse_command(argv))

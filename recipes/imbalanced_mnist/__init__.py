@@ -40,5 +40,6 @@ COMMANDS = (
         "lr-sweep",
         "each arm's step size chosen on validation error",
         "recipes.imbalanced_mnist.lr_sweep:main",
+        parser="recipes.imbalanced_mnist.config:parse_sweep",
     ),
 )

@@ -68,7 +68,7 @@ from recipes.common.lightning_cli import (
 from recipes.imbalanced_mnist import data as mnist_data
 from recipes.imbalanced_mnist import report as imbalanced_mnist_report
 from recipes.imbalanced_mnist.config import ARMS as ARMS  # importable from the recipe, as before
-from recipes.imbalanced_mnist.config import CONFIG_DIR, CompareConfig, fit_defaults, parse_compare
+from recipes.imbalanced_mnist.config import CONFIG_DIR, CompareConfig, fit_defaults, start_compare
 from recipes.imbalanced_mnist.data import (
     DATASET_NAMES,
     Dataset,
@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["compare"], ["prepare"]):
         if argv[0] == "compare":
-            compare_main(parse_compare(argv))
+            compare_main(start_compare(argv))
             return
         mnist_data.prepare(argv[1:], prog="python -m recipes.imbalanced_mnist prepare")
         return

@@ -26,52 +26,21 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import yaml
 
-from recipes.common import cli, outputs
-from recipes.imbalanced_mnist.config import ARMS, CONFIG_DIR, Arm, CompareConfig
-from recipes.imbalanced_mnist.data import Dataset
+from recipes.common import launch, outputs
+from recipes.imbalanced_mnist.config import (
+    ARMS,
+    CONFIG_DIR,
+    CompareConfig,
+    SweepConfig,
+    parse_sweep,
+    sweep_plan,
+)
 from recipes.imbalanced_mnist.experiment import compare
-
-
-@dataclass(frozen=True)
-class SweepConfig:
-    """Every arm at every step size of the grid, for the comparison's seeds."""
-
-    step_sizes: tuple[float, ...] = (0.3, 0.1, 0.03, 0.01, 0.003)
-    """The grid, largest first (the paper's, without 0.001, which no arm came near at demo scale)."""
-    arms: tuple[Arm, ...] = ARMS
-    """Arms to tune; each is recipes/imbalanced_mnist/configs/<arm>.yaml."""
-    seeds: int = 3
-    """Seeds per arm and step size (the comparison's); the criterion is their median."""
-    max_steps: int = 1000
-    """Updates per run (the comparison's)."""
-    eval_every: int = 100
-    """Updates between evaluations."""
-    root: str = "data"
-    """Where MNIST's IDX files are (or are downloaded to)."""
-    dataset: Dataset = "auto"
-    """'auto', 'mnist' or 'fashion-mnist'."""
-    workers: int = 2
-    """Runs in parallel (one torch thread each)."""
-    overrides: tuple[str, ...] = ()
-    """Extra LightningCLI arguments for every run (as the comparison's)."""
-    out_dir: str = "runs/imbalanced_mnist_lr_sweep"
-    """Where imbalanced_mnist_lr_sweep.{json,md} are written (the committed sweep: docs/results)."""
-
-    def __post_init__(self) -> None:
-        cli.subset_of(self, "arms", ARMS)
-        cli.at_least(self, 1, "seeds", "max_steps", "eval_every", "workers")
-        cli.require(
-            len(self.step_sizes) > 0 and all(s > 0 for s in self.step_sizes),
-            "step_sizes",
-            "be one or more positive numbers",
-            self.step_sizes,
-        )
 
 
 def configured_step_size(arm: str) -> float:
@@ -151,7 +120,9 @@ def table(results: dict[str, Any], step_sizes: Sequence[float]) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     prog = "python -m recipes.imbalanced_mnist lr-sweep"
-    config = cli.parse(SweepConfig, sys.argv[1:] if argv is None else argv, prog=prog)
+    yes, argv = launch.take_yes(sys.argv[1:] if argv is None else argv)
+    config = parse_sweep(argv)
+    launch.confirm(sweep_plan(config), yes)
     start = time.perf_counter()
     results = sweep(config)
     runtime = time.perf_counter() - start
@@ -176,4 +147,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return results
 
 
-__all__ = ["SweepConfig", "best_step_sizes", "configured_step_size", "main", "sweep", "table"]
+__all__ = ["ARMS", "SweepConfig", "best_step_sizes", "configured_step_size", "main", "sweep", "table"]

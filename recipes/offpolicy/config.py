@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from recipes.common import cli
+from recipes.common.launch import RunPlan
 from recipes.offpolicy.model import Representation
 
 Arm = Literal[
@@ -125,3 +126,19 @@ class OffPolicyConfig:
 def parse_command(argv: Sequence[str]) -> OffPolicyConfig:
     """``run [options]``: the experiment's config (what ``--help`` lists)."""
     return cli.parse(OffPolicyConfig, argv, prog="python -m recipes.offpolicy run")
+
+
+def run_plan(config: OffPolicyConfig) -> RunPlan:
+    """What ``run`` is about to run, on one line: every (env, representation, arm, seed) run's
+    updates; no throughput is recorded, so the time is unknown."""
+    runs = len(config.envs) * len(config.representations) * len(config.arms) * config.seeds
+    return RunPlan(
+        command="python -m recipes.offpolicy run",
+        what=f"{runs} runs ({len(config.envs)} envs x {len(config.representations)} representations x "
+        f"{len(config.arms)} arms x {config.seeds} seeds)",
+        steps=runs * config.updates,
+        unit="updates",
+        out_dir=config.out_dir,
+        short="--seeds 1 --updates 2000",
+        brief=True,
+    )

@@ -43,7 +43,7 @@ from prisample import CorrectedSampler, LinearSchedule, PrioritizedSampler
 from prisample.methods import hybrid_priorities, importance_ratios, rejection_priorities
 from recipes.common.experiment import Experiment
 from recipes.offpolicy import report as offpolicy_report
-from recipes.offpolicy.config import ARMS, Arm, OffPolicyConfig
+from recipes.offpolicy.config import ARMS, Arm, OffPolicyConfig, run_plan
 from recipes.offpolicy.model import (
     FloatArray,
     IntArray,
@@ -383,7 +383,7 @@ def run_experiment(config: OffPolicyConfig, progress: bool = True) -> Results:
 
 
 EXPERIMENT: Experiment[OffPolicyConfig, Results] = Experiment(
-    "offpolicy", OffPolicyConfig, run_experiment, offpolicy_report.write
+    "offpolicy", OffPolicyConfig, run_experiment, offpolicy_report.write, run_plan
 )
 """``python -m recipes.offpolicy run``: :func:`run_experiment`, then the report."""
 command_line = EXPERIMENT.command_line

@@ -17,6 +17,7 @@ COMMANDS = (
         "per-vs-uniform",
         "the registered PER-vs-uniform comparison (run, then report)",
         "recipes.studies.per_vs_uniform:main",
+        parser="recipes.studies.per_vs_uniform_config:parse_command",
     ),
     Command(
         "replay-ablation",
@@ -27,15 +28,18 @@ COMMANDS = (
         "supervised-beta",
         "which β for prioritized supervised learning: uniform, β = 0, β annealed 0.4 → 1",
         "recipes.studies.supervised_beta:main",
+        parser="recipes.studies.supervised_beta_config:parse",
     ),
     Command(
         "sb3-cartpole",
         "Stable-Baselines3 DQN with prisample's buffer on RL Zoo's CartPole",
         "recipes.studies.sb3_cartpole:main",
+        parser="recipes.studies.sb3_cartpole_config:parse",
     ),
     Command(
         "diagnostics-figures",
         "the paper's replay diagnostics (Sec. 5, Figs. 10-11) on two short runs",
         "recipes.studies.diagnostics_figures:main",
+        parser="recipes.studies.diagnostics_figures_config:parse",
     ),
 )

@@ -25,71 +25,21 @@ import shutil
 import sys
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from prisample.diagnostics import Diagnostics
-from recipes.common import cli, outputs
+from recipes.common import launch, outputs
+from recipes.studies.diagnostics_figures_config import (
+    DQN_ARMS,
+    PARTS,
+    PROG,
+    FiguresConfig,
+    parse,
+    run_plan,
+)
 
-DQN_ARMS = ("uniform", "proportional", "rank")
-PARTS = ("dqn", "mnist")
-
-
-@dataclass(frozen=True)
-class FiguresConfig:
-    """What to run and where the figures go."""
-
-    parts: tuple[str, ...] = PARTS
-    """Which runs: 'dqn' (MinAtar Breakout), 'mnist' (imbalanced MNIST), or both."""
-    env: str = "MinAtar/Breakout-v1"
-    """Environment of the DQN runs (any the DQN recipe takes, e.g. CartPole-v1 for a smoke run)."""
-    arms: tuple[str, ...] = DQN_ARMS
-    """DQN arms, one run each: uniform (the paper's Fig. 10 bottom row), proportional, rank (Figs. 10
-    top and 11)."""
-    steps: int = 40_000
-    """Agent steps of each DQN run."""
-    learning_starts: int = 5_000
-    """Agent steps before the first update."""
-    memory_size: int = 10_000
-    """DQN replay capacity N (smaller than the run, so that transitions are evicted)."""
-    replay_period: int = 4
-    """K: one update per K agent steps (4, Atari's: each transition is replayed 8 times on average)."""
-    log_every: int = 2_000
-    """Agent steps between snapshots (the recipe's metrics rows)."""
-    mnist_steps: int = 2_000
-    """Updates of the imbalanced-MNIST run (minibatch 60)."""
-    mnist_log_every: int = 100
-    """Updates between snapshots of the MNIST run."""
-    root: str = "data"
-    """Where MNIST's IDX files are (or are downloaded to)."""
-    dataset: Literal["auto", "mnist", "fashion-mnist"] = "auto"
-    """'auto', 'mnist' or 'fashion-mnist' (see recipes/imbalanced_mnist/experiment.py)."""
-    seed: int = 0
-    """Seed of every run."""
-    threads: int = 1
-    """torch CPU threads."""
-    out: str = "runs/diagnostics"
-    """Output directory (the committed copies: docs/results/diagnostics)."""
-
-    def __post_init__(self) -> None:
-        cli.subset_of(self, "parts", PARTS)
-        cli.subset_of(self, "arms", DQN_ARMS)
-        cli.at_least(
-            self,
-            1,
-            "steps",
-            "memory_size",
-            "replay_period",
-            "log_every",
-            "mnist_steps",
-            "mnist_log_every",
-            "threads",
-        )
-        cli.at_least(self, 0, "learning_starts", "seed")
-        cli.one_of(self, "dataset", ("auto", "mnist", "fashion-mnist"))
-        after = f"be > learning_starts={self.learning_starts}"
-        cli.require(self.steps > self.learning_starts, "steps", after, self.steps)
+__all__ = ["DQN_ARMS", "PARTS", "FiguresConfig", "main", "run_dqn", "run_mnist"]
 
 
 def _copy_outputs(source: Path, prefix: str, out: Path) -> list[Path]:
@@ -211,12 +161,12 @@ def _no_nan(obj: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """``python -m recipes.studies diagnostics-figures [options]``; ``--help`` lists them."""
-    config = cli.parse(
-        FiguresConfig,
-        sys.argv[1:] if argv is None else argv,
-        prog="python -m recipes.studies diagnostics-figures",
-    )
+    """``python -m recipes.studies diagnostics-figures [options]``; ``--help`` lists them.  What it
+    runs and its estimated time are printed first (and asked about on a terminal when over an hour;
+    ``--yes`` does not ask)."""
+    yes, options = launch.take_yes(sys.argv[1:] if argv is None else argv)
+    config = parse(options)
+    launch.confirm(run_plan(config), yes)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -225,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runs += [run_dqn(config, arm, out) for arm in config.arms]
     if "mnist" in config.parts:
         runs.append(run_mnist(config, out))
-    command = outputs.command_line("python -m recipes.studies diagnostics-figures", config, FiguresConfig())
+    command = outputs.command_line(PROG, config, FiguresConfig())
     report = {"command": command, "runs": runs, "wall_s": round(time.perf_counter() - started, 1)}
     outputs.write_json(out / "diagnostics_figures.json", _no_nan(report))
     for run in runs:

@@ -31,81 +31,47 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from recipes.common import cli, outputs, rl_metrics
+from recipes.common import launch, outputs, rl_metrics
 from recipes.dqn import sweep_report as report
-from recipes.dqn.config import DDQNConfig, load_config
 from recipes.dqn.sweep import run_all
+from recipes.studies.per_vs_uniform_config import (
+    COMMANDS,
+    EPILOG,
+    PROG,
+    PROTOCOL,
+    ReportConfig,
+    RunConfig,
+    env_runs,
+    load_protocol,
+    parse_command,
+    run_plan,
+)
 
-PROTOCOL = Path(__file__).parent / "configs" / "per_vs_uniform.yaml"
+__all__ = [
+    "COMMANDS",
+    "EPILOG",
+    "PROTOCOL",
+    "SB3_ENV",
+    "ReportConfig",
+    "RunConfig",
+    "env_runs",
+    "gather",
+    "load_protocol",
+    "main",
+    "run",
+    "write_report",
+]
+
 SB3_ENV = "SB3 CartPole-v1"
 """The key of the Stable-Baselines3 comparison among the environments of the results."""
 
 
-def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
-    """The registered protocol, as written."""
-    protocol: dict[str, Any] = yaml.safe_load(path.read_text())
-    return protocol
-
-
 # -- run ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Train the registered arms × seeds of some environments of the protocol."""
-
-    envs: tuple[str, ...]
-    """Environments of the protocol to run, a comma list (e.g. CartPole-v1,MinAtar/Breakout-v1)."""
-    jobs: int = 2
-    """Runs in parallel, one process and one torch thread each."""
-    runs: str = "runs/per_vs_uniform"
-    """Folder of the results: <runs>/<env>.json, .png, _weights.png, .md, and the run directories."""
-    seeds: int | None = None
-    """Only the first this many of each environment's registered seeds (a quick check; None: all)."""
-    total_steps: int | None = None
-    """Override the registered steps (a quick check only; None: as registered)."""
-    set: dict[str, Any] | None = None
-    """Fields of every run, as JSON, on top of the protocol (a quick check only)."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.envs, str):
-            object.__setattr__(self, "envs", tuple(e.strip() for e in self.envs.split(",") if e.strip()))
-        cli.subset_of(self, "envs", tuple(load_protocol()["envs"]))
-        cli.at_least(self, 1, "jobs", "seeds", "total_steps")
-
-
-def env_runs(protocol: dict[str, Any], env: str, config: RunConfig) -> tuple[list[DDQNConfig], list[str]]:
-    """Every registered (arm, seed) run of ``env``, seed by seed: the arm file on the family's and
-    protocol's files, the environment's ``set``, then the arm's ``set``; and each run's curve name."""
-    spec = protocol["envs"][env]
-    seeds = spec["seeds"][: config.seeds] if config.seeds is not None else spec["seeds"]
-    runs, names = [], []
-    for seed in seeds:  # seed by seed: a run cut short leaves every arm with the same seeds
-        for name, arm in spec["arms"].items():
-            values = {**spec["set"], **arm["set"], **(config.set or {})}
-            runs.append(
-                load_config(
-                    env,
-                    arm["arm"],
-                    spec["protocol"],
-                    total_steps=config.total_steps or spec["total_steps"],
-                    seed=seed,
-                    log_dir=str(Path(config.runs) / "runs"),
-                    run_name=f"{env.replace('/', '_')}/{name.replace(' ', '_')}/seed{seed}",
-                    progress=False,
-                    tensorboard=False,
-                    **values,
-                )
-            )
-            names.append(name)
-    return runs, names
 
 
 def run(config: RunConfig, argv: list[str]) -> dict[str, Any]:
@@ -120,7 +86,7 @@ def run(config: RunConfig, argv: list[str]) -> dict[str, Any]:
         finished = run_all(runs, names, config.jobs, out_dir / f"{stem}.json", desc=env, reuse=True)
         wall = time.perf_counter() - started
         curves = report.collect(finished)
-        command = outputs.argv_command("python -m recipes.studies per-vs-uniform run", argv)
+        command = outputs.argv_command(f"{PROG} run", argv)
         table = report.markdown(runs[0], config.jobs, command, finished, curves, wall, stem)
 
         def figures(_: Path, curves: dict[str, Any] = curves, stem: str = stem, env: str = env) -> list[Path]:
@@ -135,19 +101,6 @@ def run(config: RunConfig, argv: list[str]) -> dict[str, Any]:
 
 
 # -- report ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReportConfig:
-    """Gather the runs of every registered environment into one JSON, table and plot."""
-
-    runs: str = "runs/per_vs_uniform"
-    """The folder ``run`` wrote (<runs>/<env>.json per environment)."""
-    sb3: str | None = None
-    """The Stable-Baselines3 comparison's JSON (python -m recipes.studies sb3-cartpole); None: left out."""
-    out: str = "runs/per_vs_uniform/per_vs_uniform"
-    """Output prefix: <out>.json, <out>.md and <out>.png (the committed results:
-    docs/results/per_vs_uniform)."""
 
 
 def arm_results(curves: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -359,21 +312,13 @@ def write_report(config: ReportConfig, argv: list[str]) -> dict[str, Any]:
     return results
 
 
-COMMANDS = {
-    "run": "train the registered arms x seeds of some environments (per environment: JSON, table, plots)",
-    "report": "gather every environment's runs into one JSON, table and plot, with the verdicts",
-}
-"""The study's commands and their summaries (``--help`` lists them)."""
-EPILOG = (
-    "The protocol: recipes/studies/configs/per_vs_uniform.yaml; its prose: docs/recipes/per_vs_uniform.md."
-)
-
-
 def main(argv: list[str] | None = None) -> Any:
-    """``python -m recipes.studies per-vs-uniform run|report [options]``."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    prog = "python -m recipes.studies per-vs-uniform"
-    command, options = cli.subcommand(argv or ["--help"], COMMANDS, prog=prog, epilog=EPILOG)
-    if command == "run":
-        return run(cli.parse(RunConfig, options, prog=f"{prog} run", epilog=EPILOG), options)
-    return write_report(cli.parse(ReportConfig, options, prog=f"{prog} report", epilog=EPILOG), options)
+    """``python -m recipes.studies per-vs-uniform run|report [options]``.  Before ``run`` trains,
+    what it will run and its estimated time are printed (and asked about on a terminal when over an
+    hour; ``--yes`` does not ask); ``report`` runs nothing and prints no summary."""
+    yes, options = launch.take_yes(sys.argv[1:] if argv is None else argv)
+    config = parse_command(options)
+    if isinstance(config, ReportConfig):
+        return write_report(config, options[1:])
+    launch.confirm(run_plan(config), yes)
+    return run(config, options[1:])

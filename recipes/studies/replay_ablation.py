@@ -23,9 +23,11 @@ from typing import Any
 
 import yaml
 
-from recipes.common import cli
+from recipes.common import cli, launch
+from recipes.common.launch import Measured, RunPlan
 from recipes.dqn.config import ABLATION_ARMS, ARMS, CONFIG_DIR, DDQNConfig
 from recipes.dqn.env_ids import env_family
+from recipes.dqn.plan import sweep_plan
 from recipes.dqn.sweep_config import SweepConfig
 
 CARTPOLE = "CartPole-v1"
@@ -106,12 +108,39 @@ def sweep_configs(config: AblationConfig) -> list[SweepConfig]:
     return sweeps
 
 
+def ablation_plan(config: AblationConfig, sweeps: list[SweepConfig]) -> RunPlan:
+    """What the ablation is about to run: every environment's sweep (:func:`recipes.dqn.plan.sweep_plan`),
+    one after the other; the time is the sum of theirs ("at least" when one is a lower bound)."""
+    plans = [sweep_plan(s) for s in sweeps]
+    seconds = [p.estimate_s() for p in plans]
+    steps = sum(p.steps or 0 for p in plans)
+    parallel = max(p.parallel for p in plans)
+    rate = None
+    if all(s is not None and s > 0 for s in seconds):
+        paths = ", ".join(sorted({p.rate.path for p in plans if p.rate is not None}))
+        total = sum(s for s in seconds if s is not None)
+        rate = Measured(steps / (total * parallel), paths, "each environment's sweep, as its plan says")
+    return RunPlan(
+        command="python -m recipes.studies replay-ablation",
+        what="; ".join(p.what for p in plans),
+        steps=steps,
+        out_dir=f"{config.out}/<env>.json, .png, .md and runs under {config.log_dir}",
+        short="--envs CartPole-v1 --cartpole_seeds 1 --cartpole_steps 2000",
+        rate=rate,
+        exact=all(p.exact for p in plans),
+        parallel=parallel,
+    )
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """``python -m recipes.studies replay-ablation [options]``; ``--help`` lists them."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """``python -m recipes.studies replay-ablation [options]``; ``--help`` lists them.  What it runs
+    and its estimated time are printed first (and asked about on a terminal when over an hour;
+    ``--yes`` does not ask)."""
+    yes, argv = launch.take_yes(sys.argv[1:] if argv is None else argv)
     config = cli.parse(AblationConfig, argv, prog="python -m recipes.studies replay-ablation")
     with cli.reporting():
         sweeps = sweep_configs(config)  # every sweep checked before the first run starts
+    launch.confirm(ablation_plan(config, sweeps), yes)
     from recipes.dqn.sweep import sweep  # here: --help and the checks do without torch
 
     return {s.env: sweep(s) for s in sweeps}

@@ -36,7 +36,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -50,97 +50,33 @@ from stable_baselines3.common.monitor import Monitor
 from tqdm import tqdm
 
 from prisample.sb3 import PrioritizedDQN
-from recipes.common import aggregates, cli, outputs, rl_metrics
+from recipes.common import aggregates, launch, outputs, rl_metrics
+from recipes.studies.sb3_cartpole_config import (
+    ARMS,
+    ENV_ID,
+    PROG,
+    ZOO_CARTPOLE,
+    ZOO_SOURCE,
+    Config,
+    parse,
+    run_plan,
+)
 
-PROG = "python -m recipes.studies sb3-cartpole"
-ENV_ID = "CartPole-v1"
-ZOO_SOURCE = "DLR-RM/rl-baselines3-zoo hyperparams/dqn.yml, CartPole-v1 (commit 22e3ff2)"
-ZOO_CARTPOLE: dict[str, Any] = {
-    "learning_rate": 2.3e-3,
-    "batch_size": 64,
-    "buffer_size": 100_000,
-    "learning_starts": 1000,
-    "gamma": 0.99,
-    "target_update_interval": 10,
-    "train_freq": 256,
-    "gradient_steps": 128,
-    "exploration_fraction": 0.16,
-    "exploration_final_eps": 0.04,
-    "policy_kwargs": {"net_arch": [256, 256]},
-}
-ARMS: dict[str, tuple[str, dict[str, Any] | None]] = {
-    "uniform": ("SB3 DQN, uniform replay", None),
-    "proportional": (
-        "PrioritizedDQN, proportional",
-        {
-            "backend": "proportional",
-            "alpha": 0.6,  # Schaul et al. 2016, App. B.2.1 (proportional)
-            "beta": 0.4,  # ibid., β₀, annealed to 1 (PrioritizedDQN's beta_final)
-            "eps": 0.01,  # prisample.sb3 default: the DQN recipe's weight ablation (arms/proportional.yaml)
-            "weight_norm": "batch",  # prisample.sb3 default: DQN Zoo replay.py (normalize=True), Dopamine
-        },
-    ),
-    "rank": (
-        "PrioritizedDQN, rank-based",
-        {
-            "backend": "rank",
-            "alpha": 0.7,  # Schaul et al. 2016, App. B.2.1 (rank-based)
-            "beta": 0.5,  # ibid., β₀, annealed to 1 (PrioritizedDQN's beta_final)
-            "eps": 0.01,  # prisample.sb3 default (no effect on rank-based P(i), which uses ranks only)
-            "weight_norm": "batch",  # prisample.sb3 default: DQN Zoo replay.py (normalize=True), Dopamine
-        },
-    ),
-}
+__all__ = [
+    "ARMS",
+    "ENV_ID",
+    "PROG",
+    "ZOO_CARTPOLE",
+    "ZOO_SOURCE",
+    "Config",
+    "main",
+    "parse",
+    "run",
+    "train_one",
+]
+
 EVAL_SEED_OFFSET = 10_000
 """The evaluation environment of seed ``s`` is reset once with seed ``10_000 + s``."""
-
-
-@dataclass(frozen=True)
-class Config:
-    """One comparison: each arm on the same seeds (environment, network initialisation, replay)."""
-
-    seeds: int = 5
-    """Independent runs per arm (seeds 0 .. seeds-1)."""
-    timesteps: int = 50_000
-    """Environment steps per run (the zoo's n_timesteps; SB3 rounds up to whole rollouts of 256)."""
-    arms: str = "uniform,proportional,rank"
-    """Comma list of arms: uniform, proportional, rank."""
-    eval_every: int = 5_000
-    """Steps between evaluations of the greedy policy (one more evaluates the final policy)."""
-    eval_episodes: int = 10
-    """Greedy episodes per evaluation."""
-    curve_points: int = 50
-    """Points of the training-return curves (evenly spaced over the run)."""
-    curve_window: int = 10
-    """Each curve point: the mean return of the last this many training episodes."""
-    jobs: int = 1
-    """Runs at a time, each in its own process with one torch thread."""
-    out: str = "runs/sb3_cartpole"
-    """Output prefix: writes <out>.json, <out>.png and <out>.md."""
-
-    def __post_init__(self) -> None:
-        for f in fields(self):  # every count
-            value = getattr(self, f.name)
-            if type(f.default) is int and not value >= 1:
-                raise ValueError(f"{f.name} should be >= 1, but got {f.name}={value!r}")
-        unknown = [a for a in self.arm_list if a not in ARMS]
-        if unknown or not self.arm_list:
-            raise ValueError(f"arms should be a comma list of {list(ARMS)}, but got arms={self.arms!r}")
-
-    @property
-    def arm_list(self) -> list[str]:
-        return [a.strip() for a in self.arms.split(",") if a.strip()]
-
-    @property
-    def steps_per_run(self) -> int:
-        """``timesteps`` rounded up to whole rollouts: SB3 collects ``train_freq`` steps at a time."""
-        rollout: int = ZOO_CARTPOLE["train_freq"]
-        return math.ceil(self.timesteps / rollout) * rollout
-
-    @property
-    def eval_steps(self) -> list[int]:
-        """Steps of the evaluations: every ``eval_every`` before ``timesteps``, then the run's end."""
-        return [*range(self.eval_every, self.timesteps, self.eval_every), self.steps_per_run]
 
 
 # -- one run ----------------------------------------------------------------------------------------
@@ -407,32 +343,13 @@ def write_outputs(result: dict[str, Any], out: Path) -> str:
 # -- command line -----------------------------------------------------------------------------------
 
 
-def parse(argv: Sequence[str] | None) -> Config:
-    """The config of the command line; no argument at all prints the usage and exits (status 2), so
-    that a bare command does not start an hour-long run: ``--run`` runs the defaults."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    parser = cli.PlainHelpParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--run", action="store_true", help="run (needed only when no other option is given)")
-    cli.add_field_options(parser, Config)
-    if not args:
-        parser.print_usage(sys.stderr)
-        print(
-            f"{PROG}: nothing run: pass --run for the default comparison ({Config().seeds} seeds × "
-            f"{Config().timesteps:,} steps per arm) or any option; --help lists them",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
-    options = vars(parser.parse_args(args))
-    options.pop("run")
-    try:
-        return Config(**options)
-    except ValueError as error:
-        parser.error(str(error))
-
-
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    args = list(sys.argv[1:] if argv is None else argv)
+    """``python -m recipes.studies sb3-cartpole [options]``: say what runs (and, on a terminal, ask
+    before a run estimated over an hour; ``--yes`` does not), run every arm and seed, write the
+    JSON, the plot and the table."""
+    yes, args = launch.take_yes(sys.argv[1:] if argv is None else argv)
     cfg = parse(args)
+    launch.confirm(run_plan(cfg), yes)
     result = {**run(cfg), "command": outputs.argv_command(PROG, args)}
     print(write_outputs(result, Path(cfg.out)))
     return result

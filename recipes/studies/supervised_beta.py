@@ -18,7 +18,9 @@ seeds, CPU, one torch thread.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import sys
+import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,52 +30,10 @@ from torch import nn
 from tqdm import tqdm
 
 from prisample import LinearSchedule, PrioritizedSampler
-from recipes.common import cli, outputs
+from recipes.common import launch, outputs
+from recipes.studies.supervised_beta_config import ARMS, Config, parse, run_plan
 
-
-@dataclass
-class Config:
-    """One comparison: every arm trained from the same initialisation on the same data per seed."""
-
-    seeds: int = 3
-    """Independent repetitions (data, initialisation and sampling seeds)."""
-    steps: int = 2000
-    """SGD steps per run."""
-    batch_size: int = 32
-    """Examples per SGD step."""
-    classes: int = 10
-    """Classes of the generated problem."""
-    rare_classes: int = 5
-    """The last classes are rare in the training set (balanced in the test set)."""
-    common_count: int = 1000
-    """Training examples of each common class."""
-    rare_count: int = 10
-    """Training examples of each rare class."""
-    test_per_class: int = 500
-    """Test examples of every class."""
-    dim: int = 20
-    """Dimension of the inputs."""
-    separation: float = 2.0
-    """Scale of the class means (noise has unit variance): smaller is harder."""
-    hidden: int = 64
-    """Units of the MLP's hidden layer."""
-    lr: float = 0.05
-    """SGD step size of every arm."""
-    alpha: float = 1.0
-    """α of the prioritized arms (the paper's supervised setting)."""
-    beta_start: float = 0.4
-    """Annealed arm: β from this value to ``beta_end`` over the run (the paper's RL schedule)."""
-    beta_end: float = 1.0
-    """Annealed arm: β at the end of the run."""
-    out_dir: str = "runs/supervised_beta"
-    """Where supervised_beta.json is written (the documented numbers: docs/results)."""
-
-
-ARMS = {
-    "uniform": "uniform sampling",
-    "prioritized_beta0": "prioritized, β = 0",
-    "prioritized_annealed": "prioritized, β annealed",
-}
+__all__ = ["ARMS", "Config", "main", "make_data", "run", "train"]
 
 
 def make_data(cfg: Config, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -120,6 +80,7 @@ def train(cfg: Config, arm: str, seed: int, data: tuple[torch.Tensor, ...]) -> i
 
 def run(cfg: Config) -> dict[str, Any]:
     torch.set_num_threads(1)
+    started = time.perf_counter()
     errors: dict[str, list[int]] = {arm: [] for arm in ARMS}
     with tqdm(total=cfg.seeds * len(ARMS), desc="supervised_beta") as bar:
         for seed in range(cfg.seeds):
@@ -138,17 +99,17 @@ def run(cfg: Config) -> dict[str, Any]:
             }
             for arm, label in ARMS.items()
         },
+        "wall_s": round(time.perf_counter() - started, 1),  # what the next run's summary estimates from
     }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """``python -m recipes.studies supervised-beta [options]``: run every arm, write the JSON;
+    """``python -m recipes.studies supervised-beta [options]``: say what runs (and, on a terminal,
+    ask before a run estimated over an hour; ``--yes`` does not), run every arm, write the JSON;
     ``--help`` lists the options."""
-    parser = cli.PlainHelpParser(
-        prog="python -m recipes.studies supervised-beta", description=__doc__.splitlines()[0]
-    )
-    cli.add_field_options(parser, Config)
-    cfg = Config(**vars(parser.parse_args(argv)))
+    yes, options = launch.take_yes(sys.argv[1:] if argv is None else argv)
+    cfg = parse(options)
+    launch.confirm(run_plan(cfg), yes)
     result = run(cfg)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)

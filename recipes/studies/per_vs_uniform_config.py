@@ -1,0 +1,185 @@
+"""The configs of ``python -m recipes.studies per-vs-uniform run|report``, the registered protocol
+and the runs it is made of, apart from the runs themselves: ``--help``, the checks of a command
+line and the summary printed before ``run`` starts read this module without importing torch.
+
+The summary's time is ``runs × steps / (rate · jobs)``, the rate being the median agent steps per
+second that the committed results of the environment recorded (``docs/results/per_vs_uniform_*.json``,
+every arm's runs, two side by side on two CPU cores): "about" for the registered runs, "at least"
+(the fastest environment's rate) when a ``--set`` changes them or an environment has none.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from recipes.common import cli, launch
+from recipes.common.launch import Measured, RunPlan
+from recipes.dqn.config import DDQNConfig, load_config
+
+__all__ = [
+    "COMMANDS",
+    "EPILOG",
+    "PROG",
+    "PROTOCOL",
+    "RESULTS",
+    "ReportConfig",
+    "RunConfig",
+    "env_runs",
+    "load_protocol",
+    "parse_command",
+    "run_plan",
+]
+
+PROG = "python -m recipes.studies per-vs-uniform"
+PROTOCOL = Path(__file__).parent / "configs" / "per_vs_uniform.yaml"
+RESULTS = {
+    "CartPole-v1": "docs/results/per_vs_uniform_cartpole.json",
+    "MinAtar/Breakout-v1": "docs/results/per_vs_uniform_minatar_breakout.json",
+    "MinAtar/Asterix-v1": "docs/results/per_vs_uniform_minatar_asterix.json",
+}
+"""The committed runs of each registered environment: their agent steps/s give the estimate."""
+
+
+def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
+    """The registered protocol, as written."""
+    protocol: dict[str, Any] = yaml.safe_load(path.read_text())
+    return protocol
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Train the registered arms × seeds of some environments of the protocol."""
+
+    envs: tuple[str, ...]
+    """Environments of the protocol to run, a comma list (e.g. CartPole-v1,MinAtar/Breakout-v1)."""
+    jobs: int = 2
+    """Runs in parallel, one process and one torch thread each."""
+    runs: str = "runs/per_vs_uniform"
+    """Folder of the results: <runs>/<env>.json, .png, _weights.png, .md, and the run directories."""
+    seeds: int | None = None
+    """Only the first this many of each environment's registered seeds (a quick check; None: all)."""
+    total_steps: int | None = None
+    """Override the registered steps (a quick check only; None: as registered)."""
+    set: dict[str, Any] | None = None
+    """Fields of every run, as JSON, on top of the protocol (a quick check only)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.envs, str):
+            object.__setattr__(self, "envs", tuple(e.strip() for e in self.envs.split(",") if e.strip()))
+        cli.subset_of(self, "envs", tuple(load_protocol()["envs"]))
+        cli.at_least(self, 1, "jobs", "seeds", "total_steps")
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """Gather the runs of every registered environment into one JSON, table and plot."""
+
+    runs: str = "runs/per_vs_uniform"
+    """The folder ``run`` wrote (<runs>/<env>.json per environment)."""
+    sb3: str | None = None
+    """The Stable-Baselines3 comparison's JSON (python -m recipes.studies sb3-cartpole); None: left out."""
+    out: str = "runs/per_vs_uniform/per_vs_uniform"
+    """Output prefix: <out>.json, <out>.md and <out>.png (the committed results:
+    docs/results/per_vs_uniform)."""
+
+
+def env_runs(protocol: dict[str, Any], env: str, config: RunConfig) -> tuple[list[DDQNConfig], list[str]]:
+    """Every registered (arm, seed) run of ``env``, seed by seed: the arm file on the family's and
+    protocol's files, the environment's ``set``, then the arm's ``set``; and each run's curve name."""
+    spec = protocol["envs"][env]
+    seeds = spec["seeds"][: config.seeds] if config.seeds is not None else spec["seeds"]
+    runs, names = [], []
+    for seed in seeds:  # seed by seed: a run cut short leaves every arm with the same seeds
+        for name, arm in spec["arms"].items():
+            values = {**spec["set"], **arm["set"], **(config.set or {})}
+            runs.append(
+                load_config(
+                    env,
+                    arm["arm"],
+                    spec["protocol"],
+                    total_steps=config.total_steps or spec["total_steps"],
+                    seed=seed,
+                    log_dir=str(Path(config.runs) / "runs"),
+                    run_name=f"{env.replace('/', '_')}/{name.replace(' ', '_')}/seed{seed}",
+                    progress=False,
+                    tensorboard=False,
+                    **values,
+                )
+            )
+            names.append(name)
+    return runs, names
+
+
+COMMANDS = {
+    "run": "train the registered arms x seeds of some environments (per environment: JSON, table, plots)",
+    "report": "gather every environment's runs into one JSON, table and plot, with the verdicts",
+}
+"""The study's commands and their summaries (``--help`` lists them)."""
+EPILOG = (
+    "The protocol: recipes/studies/configs/per_vs_uniform.yaml; its prose: docs/recipes/per_vs_uniform.md."
+)
+
+
+def parse_command(argv: Sequence[str] | None = None) -> RunConfig | ReportConfig:
+    """``run|report [options]``: the config of the command; every run of ``run`` is built
+    (:func:`env_runs`), so that a bad one is refused before any starts.  No command prints the usage."""
+    command, options = cli.subcommand(list(argv or []) or ["--help"], COMMANDS, prog=PROG, epilog=EPILOG)
+    if command == "report":
+        return cli.parse(ReportConfig, options, prog=f"{PROG} report", epilog=EPILOG)
+    config = cli.parse(RunConfig, options, prog=f"{PROG} run", epilog=EPILOG)
+    protocol = load_protocol()
+    with cli.reporting():
+        for env in config.envs:
+            env_runs(protocol, env, config)
+    return config
+
+
+def _rate(env: str) -> Measured | None:
+    """The median agent steps/s of the committed runs of ``env`` (every arm's)."""
+    if env not in RESULTS:
+        return None
+    label = f"{env}, the registered runs, 2 at once on 2 CPU cores"
+    return launch.measured(RESULTS[env], label, lambda d: [v for a in d.values() for v in a["steps_per_s"]])
+
+
+def _steps(run: DDQNConfig) -> int:
+    return run.total_steps if run.stop_after is None else min(run.total_steps, run.stop_after)
+
+
+def run_plan(config: RunConfig) -> RunPlan:
+    """What ``run`` is about to train: every (arm, seed) of its environments, ``jobs`` at once."""
+    protocol = load_protocol()
+    per_env = {env: env_runs(protocol, env, config)[0] for env in config.envs}
+    steps = {env: sum(_steps(r) for r in runs) for env, runs in per_env.items()}
+    found = {env: _rate(env) for env in config.envs}
+    rates = {env: m for env, m in found.items() if m is not None}
+    exact = config.set is None and len(rates) == len(found)
+    rate: Measured | None
+    if exact:
+        seconds = sum(steps[env] / m.steps_per_s for env, m in rates.items())
+        rate = Measured(
+            sum(steps.values()) / seconds,
+            ", ".join(m.path for m in rates.values()),
+            "each environment's registered runs, 2 at once on 2 CPU cores",
+        )
+    else:
+        known = [m for m in map(_rate, RESULTS) if m is not None]
+        rate = max(known, key=lambda m: m.steps_per_s, default=None)
+    runs = sum(len(r) for r in per_env.values())
+    counts = ", ".join(f"{len(per_env[env])} on {env}" for env in config.envs)
+    return RunPlan(
+        command=f"{PROG} run",
+        what=f"{runs} Double DQN runs ({counts}; finished ones under {config.runs} are reused)",
+        steps=sum(steps.values()),
+        out_dir=f"{config.runs}/<env>.json, .png, .md and runs under {config.runs}/runs",
+        short='--seeds 1 --total_steps 2000 --set \'{"learning_starts": 500, "eval_every": 1000}\'',
+        rate=rate,
+        exact=exact,
+        parallel=max(1, min(config.jobs, runs, os.cpu_count() or 1)),
+    )
