@@ -53,6 +53,7 @@ __all__ = [
     "check_alpha_fits",
     "check_masses_fit",
     "device_backend_names",
+    "has_fused_step",
     "mass_error",
     "register_backend",
     "restore_backend",
@@ -145,6 +146,14 @@ def register_backend(cls: BackendType) -> BackendType:
 def backend_names() -> tuple[str, ...]:
     """The registered backend names, in registration order."""
     return tuple(_REGISTRY)
+
+
+def has_fused_step(backend: object) -> bool:
+    """Whether ``backend``'s own class declares ``fused_step``: a draw with its importance weights
+    (``sample_weighted(k, rng, beta, weight_norm)``) and a checked write (``checked_write(slots,
+    values)``), each one compiled call.  Declared by the class itself, not inherited: a subclass
+    that changes the draw or the write must not be bypassed by its parent's fused kernels."""
+    return bool(vars(type(backend)).get("fused_step", False))
 
 
 def backend_class(name: Any) -> type[Backend]:
@@ -282,6 +291,8 @@ class ProportionalBackend:
     name: ClassVar[str] = "proportional"
     importance_sampling: ClassVar[bool] = True
     priority_masses: ClassVar[bool] = True
+    fused_step: ClassVar[bool] = True
+    """Has ``sample_weighted`` and ``checked_write`` (see :func:`has_fused_step`)."""
 
     def __init__(self, raw: FloatArray, alpha: float, eps: float) -> None:
         self.capacity = int(raw.shape[0])

@@ -221,6 +221,8 @@ class RankBackend:
 
     name: ClassVar[str] = "rank"
     importance_sampling: ClassVar[bool] = True
+    fused_step: ClassVar[bool] = True
+    """Has ``sample_weighted`` and ``checked_write`` (see :func:`prisample.backends.has_fused_step`)."""
     priority_masses: ClassVar[bool] = False  # P(i) depends on the rank, not on p_i itself
 
     def __init__(

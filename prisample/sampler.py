@@ -38,13 +38,12 @@ from prisample._validation import (
 from prisample.backends import (
     NO_PRIORITIES,
     Backend,
-    ProportionalBackend,
     backend_class,
     backend_nbytes,
     check_alpha_fits,
     check_masses_fit,
+    has_fused_step,
 )
-from prisample.rank import RankBackend
 from prisample.weights import LinearSchedule, WeightNorm, as_weight_norm, weights_unchecked
 
 __all__ = ["STATE_VERSION", "Draw", "PrioritizedSampler", "as_batch_indices"]
@@ -52,9 +51,6 @@ __all__ = ["STATE_VERSION", "Draw", "PrioritizedSampler", "as_batch_indices"]
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 _INT64, _FLOAT64 = np.dtype(np.int64), np.dtype(np.float64)
-_FUSED = (ProportionalBackend, RankBackend)
-"""Backends with ``sample_weighted`` (a draw and this class's weights in one compiled call) and
-``checked_write`` (``check_slots`` and ``write`` in one)."""
 
 INDEXED_HINT = (
     "wrap the dataset in prisample.IndexedDataset so each batch carries its indices, and pass "
@@ -368,7 +364,7 @@ class PrioritizedSampler(ScheduledBeta, Sampler[int]):
                 values = as_priorities(priorities, idx.shape[0])
         with self._lock:
             backend = self._backend
-            if type(backend) in _FUSED:  # checks (slots filled, values valid) and write in one call
+            if has_fused_step(backend):  # checks (slots filled, values valid) and write in one call
                 backend.checked_write(idx, values)  # type: ignore[attr-defined]
             else:
                 if checked:
@@ -469,7 +465,7 @@ class PrioritizedSampler(ScheduledBeta, Sampler[int]):
             backend = self._backend
             if backend.count == 0:
                 raise ValueError("cannot sample from an empty sampler (size=0): add slots first")
-            if self._base_weights and type(backend) in _FUSED:
+            if self._base_weights and has_fused_step(backend):
                 # The draw and this class's weights in one compiled call: the same batch.
                 slots, probabilities, weights = backend.sample_weighted(  # type: ignore[attr-defined]
                     k, self._rng, self._beta_now(), self.weight_norm
