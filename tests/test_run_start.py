@@ -231,6 +231,8 @@ def test_dqn_sweep_summary_counts_every_run_and_no_aborts(
 def test_atari_sweep_asks_once_and_its_games_do_not_ask_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    pytest.importorskip("yaml")  # the recipe's configs (the rl extra)
+    pytest.importorskip("jsonargparse")
     from recipes.dqn import atari_sweep
 
     monkeypatch.chdir(tmp_path)
@@ -359,6 +361,7 @@ def test_an_experiment_prints_one_line_and_never_blocks(
 def test_imbalanced_mnist_compare_and_lr_sweep_say_what_they_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    pytest.importorskip("jsonargparse")  # the recipes' command lines (the lightning extra)
     from recipes.imbalanced_mnist import config
 
     monkeypatch.chdir(tmp_path)
@@ -446,7 +449,7 @@ def test_supervised_beta_says_what_it_runs_and_asks_once_a_time_is_recorded(
 ) -> None:
     """No time recorded yet: the summary says "unknown" and nothing is asked; with a recorded time
     (the ``wall_s`` the command now writes), a run over an hour asks and "n" starts nothing."""
-    pytest.importorskip("torch")
+    pytest.importorskip("jsonargparse")  # the recipes' command lines (an extra)
     from recipes.studies import supervised_beta
 
     monkeypatch.chdir(tmp_path)
