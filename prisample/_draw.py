@@ -123,7 +123,7 @@ def checked_tree_write(
     (:func:`~prisample._validation.check_slots`), then ``tree.write(slots, values)``, in one
     compiled call; nothing is written unless all pass.  Returns ``(code, j, Δcount)``: ``code``
     0 when written, ``check_slots``'s code for ``slots[j]`` / ``values[j]``, or
-    :data:`~prisample.trees.BAD_MASS` (nothing written either)."""
+    ``BAD_MASS`` (``prisample.trees``) (nothing written either)."""
     code, j, change = _checked_write(
         tree.raw,
         tree.masses,
