@@ -583,29 +583,12 @@ def _checked_write(
     problem, at = _first_problem(keys, slots, values, True)
     if problem != 0:
         return problem, at
-    state = (
-        row_key,
-        row_code,
-        block_free,
-        node_blk,
-        node_key,
-        node_code,
-        node_cnt,
-        node_len,
-        node_free,
-        root_node,
-        root_key,
-        root_code,
-        root_cnt,
-        root_fen,
-        meta,
-    )
-    for j in range(slots.shape[0]):
-        _write_pair(
-            keys, stamps, row_key, row_code, node_blk, node_key, node_code, node_cnt, node_len,
-            root_node, root_key, root_code, root_cnt, root_fen, meta, state,
-            slots[j], values[j], first_stamp + j,
-        )  # fmt: skip
+    new_stamps = np.arange(first_stamp, first_stamp + slots.shape[0], dtype=np.int64)
+    _write(
+        keys, stamps, row_key, row_code, block_free, node_blk, node_key, node_code, node_cnt,
+        node_len, node_free, root_node, root_key, root_code, root_cnt, root_fen, meta,
+        slots, values, new_stamps,
+    )  # fmt: skip
     return 0, 0
 
 
