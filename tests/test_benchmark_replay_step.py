@@ -67,13 +67,14 @@ def test_quick_run_writes_the_json(tmp_path: Path) -> None:
     assert parts <= phases["step"]["us"] * 1.05, "the phases are clocked inside the step"
     vector = block["vector_add"]
     assert vector["envs"] == 16 and vector["us_per_transition"] == vector["us_per_call"] / 16
-    assert set(block["targets"]) == {"step_over_copy_floor", "vector_add_us_per_transition"} | (
+    assert set(block["targets"]) == {"step_over_copy_floor", "add_us", "vector_add_us_per_transition"} | (
         {"cpprb_over_prisample"} if "cpprb" in found else set()
     )
     for key, t in block["targets"].items():
         assert t["bound"] == replay_step.STEP_BOUNDS[key] and isinstance(t["met"], bool)
     assert "| 2^8 | copy floor (160 frames, one take) |" in replay_step.libraries_table(results)
-    assert "| 2^8 | add_many, 16 envs | ≤ 10 µs per transition |" in replay_step.targets(results)
+    assert "| 2^8 | add_many, 16 envs | ≤ 5 µs per transition |" in replay_step.targets(results)
+    assert "| 2^8 | add, 4-env vector step | ≤ 40 µs per call |" in replay_step.targets(results)
 
 
 def test_copy_floor_copies_the_frames_sample_returns() -> None:
