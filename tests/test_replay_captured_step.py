@@ -112,15 +112,15 @@ def test_staging_sends_beta_tail_and_rows(captured: Any) -> None:
     replay.stage_device_step()
     sampler = cast(DevicePrioritizedSampler, replay.sampler)
     assert float(sampler._beta_on_device) == pytest.approx(0.4) and sampler.step == 1
-    assert int(replay.memory._tail_on_device) == replay.memory.num_evicted == 8
+    assert int(replay.memory._device.tail_on_device) == replay.memory.num_evicted == 8
     replay.add_many(**stream.step())
     with captured:
         replay.sample(4)
     # the two rows just added are not on the device yet: a graph would read the old rows
-    assert int(replay.memory._tail_on_device) == 8 < replay.memory.num_evicted
-    assert replay.memory._columns._synced == 16 < replay.memory.num_added
+    assert int(replay.memory._device.tail_on_device) == 8 < replay.memory.num_evicted
+    assert replay.memory.ring.columns._synced == 16 < replay.memory.num_added
     replay.stage_device_step()
-    assert int(replay.memory._tail_on_device) == replay.memory.num_evicted == 10
+    assert int(replay.memory._device.tail_on_device) == replay.memory.num_evicted == 10
     assert float(sampler._beta_on_device) == pytest.approx(0.55) and sampler.step == 2
 
 
