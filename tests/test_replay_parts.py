@@ -128,7 +128,7 @@ def test_every_add_is_one_request_to_write() -> None:
 
 
 def _ring(capacity: int = 4) -> Ring:
-    spec = {
+    spec: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = {
         "action": ((), np.dtype(np.int64)),
         "reward": ((), np.dtype(np.float32)),
         "discount": ((), np.dtype(np.float32)),
@@ -253,7 +253,7 @@ def test_device_reads_mirror_the_windows_and_resend_them_on_adopt() -> None:
     assert part.windows is not None
     slots = np.flatnonzero(memory.drawable(np.arange(12)))
     stale = part.read(torch.from_numpy(slots))
-    assert not np.array_equal(stale.reward.numpy(), memory.get(slots).reward)  # nothing sent yet
+    assert not np.array_equal(_host(stale.reward), memory.get(slots).reward)  # nothing sent yet
     part.adopt(memory.store, nstep)
     assert _same_batch(part.read(torch.from_numpy(slots)), memory.get(slots))
 
