@@ -104,6 +104,13 @@ def test_without_staging_the_captured_reads_are_stale(captured: Any) -> None:
     assert not _same(eager, unstaged)
 
 
+def _tail_on_device(replay: PrioritizedReplay) -> int:
+    """The ring's tail as the device reads last received it."""
+    reads = replay.memory._device
+    assert reads is not None
+    return int(reads.tail_on_device)
+
+
 def test_staging_sends_beta_tail_and_rows(captured: Any) -> None:
     replay = _replay(capacity=8, beta=LinearSchedule(0.4, 1.0, 4))
     stream = Stream(1)
@@ -112,15 +119,15 @@ def test_staging_sends_beta_tail_and_rows(captured: Any) -> None:
     replay.stage_device_step()
     sampler = cast(DevicePrioritizedSampler, replay.sampler)
     assert float(sampler._beta_on_device) == pytest.approx(0.4) and sampler.step == 1
-    assert int(replay.memory._tail_on_device) == replay.memory.num_evicted == 8
+    assert _tail_on_device(replay) == replay.memory.num_evicted == 8
     replay.add_many(**stream.step())
     with captured:
         replay.sample(4)
     # the two rows just added are not on the device yet: a graph would read the old rows
-    assert int(replay.memory._tail_on_device) == 8 < replay.memory.num_evicted
-    assert replay.memory._columns._synced == 16 < replay.memory.num_added
+    assert _tail_on_device(replay) == 8 < replay.memory.num_evicted
+    assert replay.memory.ring.columns._synced == 16 < replay.memory.num_added
     replay.stage_device_step()
-    assert int(replay.memory._tail_on_device) == replay.memory.num_evicted == 10
+    assert _tail_on_device(replay) == replay.memory.num_evicted == 10
     assert float(sampler._beta_on_device) == pytest.approx(0.55) and sampler.step == 2
 
 

@@ -3,8 +3,11 @@
 One job per module:
 
 ``memory``
-    :class:`ReplayMemory`: the ring of the last ``capacity`` transitions (slots, generations,
-    per-transition columns, streams, n-step windows) over an observation store.
+    :class:`ReplayMemory`: the last ``capacity`` transitions, composed of a ring, an observation
+    store (built or passed in), n-step windows, a checkpoint and device reads.
+``ring``
+    :class:`~prisample.replay.ring.Ring`: the live range ``[tail, head)``, each slot's columns
+    (action, reward, discount, generation, extras) and the streams' episode ends.
 ``stores``
     The observation stores, one strategy per kind: :class:`~prisample.replay.stores.FrameStore`
     (a frame pool, host or device) and :class:`~prisample.replay.stores.DictStore` (per-key
@@ -14,12 +17,13 @@ One job per module:
     gather.
 ``writes``
     :class:`~prisample.replay.writes.TransitionWrites`: ``add``, ``add_many`` and
-    ``add_vector_step``, declared once, each a request to the one ``write``.
+    ``add_vector_step``, declared once, each a request to the one (abstract) ``write``.
 ``spec``
     :class:`~prisample.replay.spec.TransitionSpec`: the shapes and dtypes of transitions, and the
     checks that turn a write's arguments into rows.
 ``checkpoint``
-    The memory's ``state_dict``/``load_state_dict`` and the invariants a state keeps.
+    :class:`~prisample.replay.checkpoint.MemoryCheckpoint`: the memory's
+    ``state_dict``/``load_state_dict`` and the invariants a state keeps.
 ``batch``
     :class:`ReplayBatch`: the typed batch a read returns.
 ``prioritized``
@@ -36,7 +40,8 @@ One job per module:
 ``device``
     The device side: frames and columns mirrored on a torch device, reads sent in one copy.
 ``device_reads``
-    Reads of slots drawn on the device, from the mirrors, with no host synchronisation.
+    :class:`~prisample.replay.device_reads.DeviceReads`: a memory's reads on its device, from the
+    mirrors, with no host synchronisation.
 ``device_steps``
     The steps of a prioritized replay whose priorities live on the device.
 ``nstep``

@@ -92,3 +92,21 @@ class ReplayBatch(BatchMapping):
     key (``draw.weights`` holds the same values on the host)."""
 
     mapped_fields: ClassVar[tuple[str, ...]] = FIELDS
+
+    @classmethod
+    def from_columns(
+        cls, columns: Mapping[str, Any], obs: Obs, next_obs: Obs, extras: tuple[str, ...], weights: Any = None
+    ) -> ReplayBatch:
+        """The batch of a read that gathered a memory's per-slot ``columns`` (``action``,
+        ``reward``, ``discount``, ``generation``, ``extra.<name>`` for each name of ``extras``) and
+        its observations."""
+        return cls(
+            obs,
+            columns["action"],
+            columns["reward"],
+            columns["discount"],
+            next_obs,
+            columns["generation"],
+            {name: columns[f"extra.{name}"] for name in extras},
+            weights=weights,
+        )

@@ -1,29 +1,32 @@
-"""Checkpoints of a replay memory: its state as numpy arrays and plain values, checked completely
-before anything is assigned.
+"""The checkpoint part of a replay memory: its state as numpy arrays and plain values, checked
+completely before anything is assigned.
 
-:class:`MemoryCheckpoint` gives :class:`~prisample.replay.memory.ReplayMemory` its
-``state_dict``, ``load_state_dict`` (a state is checked by :meth:`MemoryCheckpoint.check_state`
+:class:`MemoryCheckpoint` is the part a :class:`~prisample.replay.memory.ReplayMemory` holds for
+its ``state_dict``, ``load_state_dict`` (a state is checked by :meth:`MemoryCheckpoint.check_state`
 into a :class:`CheckedState`, then committed, which cannot fail) and ``check_valid``; the
 invariants a state must keep are :func:`check_ring_invariants`'s.  A state holds the ring's arrays
-(the store's row tables, actions, rewards, discounts, generations, stream ends, extras), the
-observation store's arrays (:mod:`~prisample.replay.stores`), the counters, the n-step
-accumulator's state and the vector-step converter's.
+(the store's row tables, actions, rewards, discounts, generations, stream ends, extras:
+:class:`~prisample.replay.ring.Ring`), the observation store's arrays
+(:mod:`~prisample.replay.stores`), the counters, the n-step accumulator's state and the
+vector-step converter's.
 """
 
 from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from prisample.replay._checks import as_dtype, as_state_array, check_keys, same_config_value
 from prisample.replay.nstep import NStepAccumulator
-from prisample.replay.spec import TransitionSpec
 from prisample.replay.stores import ObservationStore
 from prisample.replay.vector_env import VectorStepConverter
+
+if TYPE_CHECKING:
+    from prisample.replay.memory import ReplayMemory
 
 __all__ = ["STATE_VERSION", "CheckedState", "MemoryCheckpoint", "check_ring_invariants"]
 
@@ -47,7 +50,7 @@ _V1_CONFIG = (
 
 @dataclass(frozen=True)
 class CheckedState:
-    """A memory state that :meth:`ReplayMemory.check_state` accepted, ready to commit."""
+    """A memory state that :meth:`MemoryCheckpoint.check_state` accepted, ready to commit."""
 
     arrays: dict[str, npt.NDArray[Any]]
     counters: dict[str, int]
@@ -93,147 +96,97 @@ def _state_dtype(value: Any, declared: np.dtype[Any] | None, key: str) -> np.dty
 
 
 class MemoryCheckpoint:
-    """``state_dict``, ``load_state_dict``, ``check_state``/``commit_state`` and ``check_valid`` of a
-    replay memory (mixed into :class:`~prisample.replay.memory.ReplayMemory`, whose ring,
-    columns, store, n-step accumulator and converter they read and assign)."""
+    """The checkpoint of ``memory``: its ``state_dict``, ``load_state_dict`` (a state is checked by
+    :meth:`check_state` into a :class:`CheckedState`, then committed by :meth:`commit_state`,
+    which cannot fail) and ``check_valid``, over the memory's parts (its
+    :class:`~prisample.replay.ring.Ring`, observation store, n-step accumulator and vector-step
+    converter) and its configuration.  A commit writes the ring's and the store's arrays in place
+    and hands the memory the parts a state may replace (the store, the accumulator, the
+    converter)."""
 
-    capacity: int
-    frame_stack: int
-    action_shape: tuple[int, ...]
-    action_dtype: np.dtype[Any]
-    num_streams: int
-    n_step: int
-    obs_shape: Any
-    obs_keys: tuple[str, ...] | None
-    extras: dict[str, tuple[tuple[int, ...], np.dtype[Any]]]
-    spec: TransitionSpec
-    vector_converter: VectorStepConverter | None
-    _store: ObservationStore
-    _extra: dict[str, npt.NDArray[Any]]
-    _tail: int
-    _head: int
-    _nstep: NStepAccumulator | None
-    _vector_configured: Any
+    def __init__(self, memory: ReplayMemory) -> None:
+        self.memory = memory
 
-    @property
-    def obs_dtype(self) -> Any:
-        raise NotImplementedError
-
-    @property
-    def frame_capacity(self) -> int | None:
-        raise NotImplementedError
-
-    def _ring_nbytes(self) -> int:
-        raise NotImplementedError
-
-    def _invalidate_columns(self) -> None:
-        raise NotImplementedError
-
-    def _committed(self) -> None:
-        """Bring what mirrors the state elsewhere (the n-step windows on a device) up to date."""
-        raise NotImplementedError
-
-    # The ring's state arrays, each the attribute ``_<name>``, after the store's row tables
-    # (``obs_rows``, ``next_rows``); then the extras (``extra.<name>``) and the store's arrays
-    # (the frame pool's, or ``obs.<key>``, ``next_obs.<key>``, ``stream_next_obs.<key>``,
-    # ``stream_live`` for dict observations).  Their dtypes and shapes are the spec a loaded array
-    # must match exactly.  New per-slot arrays join this tuple.
-    _RING_ARRAYS = ("action", "reward", "discount", "generation", "stream_ended")
-
-    def _ring_arrays(self, store: ObservationStore) -> dict[str, npt.NDArray[Any]]:
-        """The ring's state arrays (the store's row tables first, as states have them)."""
-        arrays = {**store.table_arrays(), **{name: getattr(self, f"_{name}") for name in self._RING_ARRAYS}}
-        arrays.update({f"extra.{name}": column for name, column in self._extra.items()})
-        return arrays
+    def _arrays(self, store: ObservationStore) -> dict[str, npt.NDArray[Any]]:
+        """The ring's state arrays with ``store``'s row tables first, as states have them."""
+        return {**store.table_arrays(), **self.memory.ring.state_arrays()}
 
     def _state_arrays(self, *, frames: bool = True) -> dict[str, npt.NDArray[Any]]:
         """The live arrays by state name (the frame pool's frames a host copy on a device, left
         out when ``frames=False``)."""
-        store = self._store
-        arrays = self._ring_arrays(store)
+        store = self.memory.store
+        arrays = self._arrays(store)
         if store.allocated:
             arrays.update(store.state_arrays(frames=frames))
         return arrays
 
     def _state_spec(self, store: ObservationStore) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
         """Dtype and shape of each state array with ``store`` (no copy of frames on a device)."""
-        spec = {name: (a.dtype, a.shape) for name, a in self._ring_arrays(store).items()}
+        spec = {name: (a.dtype, a.shape) for name, a in self._arrays(store).items()}
         if store.allocated:
             spec.update(store.state_spec())
         return spec
 
     def _counters(self) -> dict[str, int]:
-        return {"tail": self._tail, "head": self._head, **self._store.counters()}
+        ring = self.memory.ring
+        return {"tail": ring.tail, "head": ring.head, **self.memory.store.counters()}
 
     def state_dict(self, *, copy: bool = True) -> dict[str, Any]:
-        """Everything needed to continue exactly (numpy arrays and plain values): the config, the
-        arrays, the counters, the n-step accumulator's state (``"nstep"``, ``None`` for ``n_step =
-        1``) and the vector-step converter's (``"vector"``, ``None`` before the first
-        ``add_vector_step``).
-
-        ``copy=False`` returns the live arrays themselves (no second copy of a large frame pool);
-        serialise them before the next ``add``.
-        """
+        """:meth:`ReplayMemory.state_dict <prisample.replay.memory.ReplayMemory.state_dict>`."""
+        memory = self.memory
         arrays = {name: a.copy() if copy else a for name, a in self._state_arrays().items()}
         vector = None
-        if self.vector_converter is not None:
-            vector = {"configured": self._vector_configured, "converter": self.vector_converter.state_dict()}
+        if memory.vector_converter is not None:
+            vector = {
+                "configured": memory._vector_configured,
+                "converter": memory.vector_converter.state_dict(),
+            }
+        nstep = memory._nstep
         return {
             "version": STATE_VERSION,
             "config": self._config(),
             **arrays,
             **self._counters(),
-            "nstep": None if self._nstep is None else self._nstep.state_dict(),
+            "nstep": None if nstep is None else nstep.state_dict(),
             "vector": vector,
         }
 
     def _config(self) -> dict[str, Any]:
-        dtype = self.obs_dtype
+        memory = self.memory
+        dtype = memory.obs_dtype
         return {
-            "capacity": self.capacity,
-            "obs_shape": self.obs_shape,
+            "capacity": memory.capacity,
+            "obs_shape": memory.obs_shape,
             "obs_dtype": None
             if dtype is None
             else {k: d.str for k, d in dtype.items()}
             if isinstance(dtype, dict)
             else dtype.str,
-            "frame_stack": self.frame_stack,
-            "action_shape": self.action_shape,
-            "action_dtype": self.action_dtype.str,
-            "num_streams": self.num_streams,
-            "frame_capacity": self.frame_capacity,
-            "n_step": self.n_step,
-            "extras": {name: (shape, dtype.str) for name, (shape, dtype) in self.extras.items()},
+            "frame_stack": memory.frame_stack,
+            "action_shape": memory.action_shape,
+            "action_dtype": memory.action_dtype.str,
+            "num_streams": memory.num_streams,
+            "frame_capacity": memory.frame_capacity,
+            "n_step": memory.n_step,
+            "extras": {name: (shape, dtype.str) for name, (shape, dtype) in memory.extras.items()},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output into a memory built with the same arguments.
-
-        The state is checked completely first (:meth:`check_valid`'s invariants, the config, every
-        array's dtype and shape, the n-step windows against the live transitions, the converter):
-        a malformed or inconsistent state raises ``ValueError`` or ``TypeError`` naming the key,
-        and the memory is left exactly as it was.  A memory built with ``obs_dtype=None`` takes
-        the state's dtype.  Version 1 states (before n-step and extras) load into a memory with
-        ``n_step=1`` and no extras.
-        """
+        """:meth:`ReplayMemory.load_state_dict <prisample.replay.memory.ReplayMemory.load_state_dict>`:
+        :meth:`check_state`, then :meth:`commit_state`."""
         self.commit_state(self.check_state(state))
 
     def commit_state(self, checked: CheckedState) -> None:
-        """Assign a state that :meth:`check_state` accepted (cannot fail: dtypes and shapes match)."""
-        self._store = store = checked.store
-        arrays, counters = checked.arrays, checked.counters
-        for name, target in self._ring_arrays(store).items():
+        """Assign a state that :meth:`check_state` accepted (cannot fail: dtypes and shapes match):
+        the store's row tables and the ring's arrays and counters in place, the store's own
+        arrays, then the memory takes the state's store, n-step accumulator and converter."""
+        store, arrays, counters = checked.store, checked.arrays, checked.counters
+        for name, target in store.table_arrays().items():
             target[...] = arrays[name]
-        self._invalidate_columns()  # the device mirrors take every row at the next read
+        self.memory.ring.commit(arrays, counters["tail"], counters["head"])
         if store.allocated:
             store.commit_state(arrays, counters)
-        self._tail, self._head = counters["tail"], counters["head"]
-        self._nstep = checked.nstep
-        if checked.vector is None:
-            self.vector_converter, self._vector_configured = None, None
-        else:
-            self.vector_converter, self._vector_configured = checked.vector
-        self._committed()
+        self.memory._adopt(store, checked.nstep, checked.vector)
 
     def _upgraded(self, state: dict[str, Any]) -> dict[str, Any]:
         """A version 1 state (array observations, no n-step, no extras) in version 2's form."""
@@ -251,7 +204,9 @@ class MemoryCheckpoint:
         """The observation store a state's config asks for: this memory's, a new one (a memory
         built with ``obs_dtype=None`` takes the state's dtype), or a new unallocated one (nothing
         added yet)."""
-        value, declared = config["obs_dtype"], self.spec.declared
+        memory = self.memory
+        mine, keys = memory.store, memory.obs_keys
+        value, declared = config["obs_dtype"], memory.spec.declared
         if value is None:
             if config["frame_capacity"] is not None:
                 raise ValueError("state_dict config frame_capacity should be None while obs_dtype is None")
@@ -261,28 +216,27 @@ class MemoryCheckpoint:
                 raise ValueError(
                     f"state_dict config obs_dtype should be {self._config()['obs_dtype']!r}, but got None"
                 )
-            return self._store.fresh(None, 0)
+            return mine.fresh(None, 0)
         dtype: Any
-        if self.obs_keys is None:
+        if keys is None:
             dtype = _state_dtype(value, declared if isinstance(declared, np.dtype) else None, "obs_dtype")
         else:
             assert isinstance(declared, dict)
-            if not isinstance(value, dict) or set(value) != set(self.obs_keys):
+            if not isinstance(value, dict) or set(value) != set(keys):
                 raise ValueError(
-                    f"state_dict config obs_dtype should be a dict with keys {list(self.obs_keys)}, "
-                    f"but got {value!r}"
+                    f"state_dict config obs_dtype should be a dict with keys {list(keys)}, but got {value!r}"
                 )
-            dtype = {k: _state_dtype(value[k], declared[k], f"obs_dtype[{k!r}]") for k in self.obs_keys}
-        if self._store.allocated and self._same_dtype(dtype):
-            store = self._store
+            dtype = {k: _state_dtype(value[k], declared[k], f"obs_dtype[{k!r}]") for k in keys}
+        if mine.allocated and self._same_dtype(dtype):
+            store = mine
         else:
-            capacity = self._store.frame_capacity_for(dtype)
+            capacity = mine.frame_capacity_for(dtype)
             if not same_config_value(config["frame_capacity"], capacity):
                 raise ValueError(
                     f"state_dict config frame_capacity should be {capacity!r}, "
                     f"but got {config['frame_capacity']!r}"
                 )
-            store = self._store.fresh(dtype, self._ring_nbytes())
+            store = mine.fresh(dtype, memory._ring_nbytes())
         if not same_config_value(config["frame_capacity"], store.frame_capacity):
             raise ValueError(
                 f"state_dict config frame_capacity should be {store.frame_capacity!r}, "
@@ -291,7 +245,7 @@ class MemoryCheckpoint:
         return store
 
     def _same_dtype(self, dtype: Any) -> bool:
-        mine = self.obs_dtype
+        mine = self.memory.obs_dtype
         if isinstance(mine, dict):
             return isinstance(dtype, dict) and all(mine[k] == dtype[k] for k in mine)
         return bool(mine == dtype)
@@ -299,6 +253,7 @@ class MemoryCheckpoint:
     def check_state(self, state: Any) -> CheckedState:
         """The state's arrays and counters, after checking everything :meth:`load_state_dict`
         will assign; raises ``ValueError``/``TypeError`` naming the key, changes nothing."""
+        memory = self.memory
         if not isinstance(state, dict):
             raise TypeError(f"state should be a dict from state_dict(), but got {type(state).__name__}")
         version = state.get("version")
@@ -356,26 +311,18 @@ class MemoryCheckpoint:
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise TypeError(f"state_dict {name} should be an integer, but got {name}={value!r}")
             counters[name] = int(value)
-        check_ring_invariants(arrays, counters, "state_dict ", store, tuple(self.extras))
+        check_ring_invariants(arrays, counters, "state_dict ", store, tuple(memory.extras))
         nstep = checked_nstep(
-            state["nstep"], self.n_step, self.num_streams, arrays["generation"], counters["tail"]
+            state["nstep"], memory.n_step, memory.num_streams, arrays["generation"], counters["tail"]
         )
-        vector = checked_vector(state["vector"], self.num_streams)
+        vector = checked_vector(state["vector"], memory.num_streams)
         return CheckedState(arrays, counters, store, nstep, vector)
 
     def check_valid(self) -> None:
-        """Raise ``ValueError`` naming the first broken invariant of the memory's bookkeeping.
-
-        The invariants :meth:`load_state_dict` demands of a state: each slot holds the transition
-        last written there (its generation follows from the number of adds) and the live ones are
-        the most recent ``len(memory)``; every frame row that a live transition or a stream's last
-        stack names is in the pool; each row's reference count equals its number of such uses;
-        the free list holds exactly the unused rows, once each; live rewards are finite, live
-        discounts in ``[0, 1]``, live float actions, extras and observations, and used float
-        frames finite.  Also that the frame pool's dedup cache holds each stream's last stacks.
-        """
-        check_ring_invariants(self._state_arrays(), self._counters(), "", self._store, tuple(self.extras))
-        self._store.check_cache()
+        """:meth:`ReplayMemory.check_valid <prisample.replay.memory.ReplayMemory.check_valid>`."""
+        memory = self.memory
+        check_ring_invariants(self._state_arrays(), self._counters(), "", memory.store, tuple(memory.extras))
+        memory.store.check_cache()
 
 
 def check_ring_invariants(

@@ -1,10 +1,12 @@
-"""Reads of slots drawn on the device: a replay memory's batch gathered from its device
-mirrors with no host synchronisation.
+"""Reads of a replay memory on its torch device: batches gathered from the device mirrors with no
+host synchronisation.
 
-:class:`DeviceReads` gives :class:`~prisample.replay.memory.ReplayMemory` on a torch device
-:meth:`~DeviceReads.read_on_device` and :meth:`~DeviceReads.live_generations_on_device` for
-slots given as a tensor there (a device sampler's draw), and keeps the n-step windows' results
-(return, discount, last slot; Sutton & Barto 2018, Sec. 7.1) mirrored there as they complete.
+:class:`DeviceReads` is the part a :class:`~prisample.replay.memory.ReplayMemory` with
+``device=`` holds: it sends a host read's index arrays in one copy (:meth:`DeviceReads.send`),
+stages what a captured CUDA graph cannot (:meth:`DeviceReads.stage`: new rows, the ring's tail),
+gathers a batch for slots drawn on the device (:meth:`DeviceReads.read`,
+:meth:`DeviceReads.live_generations`), and keeps the n-step windows' results (return, discount,
+last slot; Sutton & Barto 2018, Sec. 7.1) mirrored there as they complete.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from prisample._capture import capturing
 from prisample.replay.batch import ReplayBatch
 from prisample.replay.device import Columns, DeviceReader
 from prisample.replay.nstep import NStepAccumulator
+from prisample.replay.ring import Ring
 from prisample.replay.stores import ObservationStore
 
 __all__ = ["DeviceReads"]
@@ -27,28 +30,43 @@ IntArray = npt.NDArray[np.int64]
 
 
 class DeviceReads:
-    """The device reads of a replay memory (mixed into
-    :class:`~prisample.replay.memory.ReplayMemory`, whose columns, store and n-step windows they
-    read)."""
+    """The device side of a memory's reads over its ``ring`` (whose columns are mirrored on
+    ``device``), its observation ``store`` and, under n-step, its windows ``nstep``.
 
-    capacity: int
-    device: torch.device | None
-    _columns: Columns
-    _store: ObservationStore
-    _nstep: NStepAccumulator | None
-    _windows: Columns | None
-    _head: int
-    _tail: int
-    _tail_on_device: torch.Tensor  # the ring's tail where a captured read compares with it
-    _tail_sent: int | None
-    _reader: DeviceReader | None
+    The host stays authoritative: the ring's rows and the store's tables and frames go to the
+    device when a read needs them (:meth:`stage`), the ring's tail as a tensor there
+    (:attr:`tail_on_device`) so that a captured read can tell live slots without the host.
+    ``n_step > 1`` mirrors the windows' results (``reward``, ``discount``, ``last``), sent as
+    each window completes (:meth:`send_windows`): they are written out of ring order.
+    """
 
-    def _batch(self, columns: dict[str, Any], obs: Any, next_obs: Any, weights: Any) -> ReplayBatch:
-        raise NotImplementedError
+    def __init__(
+        self, device: torch.device, ring: Ring, store: ObservationStore, nstep: NStepAccumulator | None
+    ) -> None:
+        self.device, self.ring = device, ring
+        self.store, self.nstep = store, nstep
+        self.reader = DeviceReader(device)
+        """Sends a host read's index arrays and floats in one pinned copy."""
+        self.tail_on_device = torch.zeros((), dtype=torch.int64, device=device)
+        """The ring's tail as of the last :meth:`stage`: where a captured read compares with it."""
+        self._tail_sent: int | None = 0
+        self.windows: Columns | None = None
+        """The completed windows' results mirrored on the device (``None`` for ``n_step = 1``)."""
+        if nstep is not None:
+            spec = {"reward": ((), np.dtype(np.float32)), "discount": ((), np.dtype(np.float32))}
+            self.windows = Columns(ring.capacity, {**spec, "last": ((), np.dtype(np.int64))}, device)
 
-    def _send_windows(self, slots: IntArray) -> None:
-        """The results of windows that just completed, to their device mirror."""
-        windows, nstep = self._windows, self._nstep
+    def adopt(self, store: ObservationStore, nstep: NStepAccumulator | None) -> None:
+        """Read from ``store`` and ``nstep`` from now on (what a loaded state committed); every
+        window's results go to the device again, the ring's tail at the next :meth:`stage`."""
+        self.store, self.nstep = store, nstep
+        self._tail_sent = None
+        if self.windows is not None:
+            self.send_windows(np.arange(self.ring.capacity, dtype=np.int64))
+
+    def send_windows(self, slots: IntArray) -> None:
+        """The results of the windows of ``slots`` (just completed), to their device mirror."""
+        windows, nstep = self.windows, self.nstep
         if windows is None or nstep is None or slots.shape[0] == 0:
             return
         results: dict[str, npt.NDArray[Any]] = {
@@ -59,63 +77,48 @@ class DeviceReads:
         windows.write_rows(slots, results)
         windows.resend(slots)
 
-    def _resend_all_windows(self) -> None:
-        """Every slot's window results to the device (after a load replaced them)."""
-        if self._windows is not None:
-            self._send_windows(np.arange(self.capacity, dtype=np.int64))
-
-    def send_to_device(
+    def send(
         self, ints: list[npt.NDArray[Any]], floats: list[npt.NDArray[np.float32]]
     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Host arrays to the device in one pinned, asynchronous copy (no synchronisation): the
         ``ints`` as int64 tensors and the ``floats`` as float32 tensors, in order."""
-        if self._reader is None:
-            raise ValueError(f"send_to_device needs a device, but got device={self.device}")
-        return self._reader.send(ints, floats)
+        return self.reader.send(ints, floats)
 
-    def stage_device_read(self) -> None:
+    def stage(self) -> None:
         """The host side of a device read, which a captured CUDA graph cannot run: the rows
-        added since the last read (columns, the store's tables and frames, each in one copy) and
-        the ring's tail (a fill, when it moved) sent to the device.  :meth:`read_on_device` and
-        :meth:`live_generations_on_device` call it themselves, except while capturing."""
-        if self.device is None:
-            raise ValueError(f"a device read needs a device, but got device={self.device}")
-        self._columns.sync(self._head)
-        self._store.stage_on_device(self._head)
-        if self._tail != self._tail_sent:
-            self._tail_on_device.fill_(self._tail)
-            self._tail_sent = self._tail
+        added since the last read (the ring's columns, the store's tables and frames, each in one
+        copy) and the ring's tail (a fill, when it moved) sent to the device."""
+        ring = self.ring
+        ring.columns.sync(ring.head)
+        self.store.stage_on_device(ring.head)
+        if ring.tail != self._tail_sent:
+            self.tail_on_device.fill_(ring.tail)
+            self._tail_sent = ring.tail
 
-    def read_on_device(self, slots: torch.Tensor, weights: torch.Tensor | None = None) -> ReplayBatch:
-        """:meth:`~prisample.replay.memory.ReplayMemory.get` for slots drawn on the memory's
-        device (an int64 tensor there, each
-        :meth:`~prisample.replay.memory.ReplayMemory.drawable`: not checked), with no host
-        synchronisation: the columns, the store's row tables, the frames and under n-step the
-        windows' results (return, discount, last slot: sent to the device as each window
-        completes) are gathered from their device mirrors (the rows added since the last read go
-        over first, host to device: :meth:`stage_device_read`, skipped while capturing)."""
-        if self.device is None:
-            raise ValueError(f"read_on_device needs a device, but got device={self.device}")
+    def read(self, slots: torch.Tensor, weights: torch.Tensor | None = None) -> ReplayBatch:
+        """The batch of ``slots`` (an int64 tensor on the device, each drawable: not checked),
+        with no host synchronisation: the ring's columns, the store's row tables, the frames and
+        under n-step the windows' results are gathered from their mirrors (:meth:`stage` first,
+        skipped while capturing)."""
         if not capturing():
-            self.stage_device_read()
-        columns: dict[str, Any] = dict(self._columns.gather(slots))
+            self.stage()
+        columns: dict[str, Any] = dict(self.ring.columns.gather(slots))
         last = slots
-        if self._windows is not None:  # n-step: the window's return, discount and last slot
-            window = self._windows.gather(slots)
+        if self.windows is not None:  # n-step: the window's return, discount and last slot
+            window = self.windows.gather(slots)
             columns["reward"], columns["discount"], last = (
                 window["reward"],
                 window["discount"],
                 window["last"],
             )
-        obs, next_obs = self._store.take_on_device(slots, last)
-        return self._batch(columns, obs, next_obs, weights)
+        obs, next_obs = self.store.take_on_device(slots, last)
+        return ReplayBatch.from_columns(columns, obs, next_obs, self.ring.extra_names, weights)
 
-    def live_generations_on_device(self, slots: torch.Tensor) -> torch.Tensor:
-        """:meth:`~prisample.replay.memory.ReplayMemory.live_generations` of slots given as an
-        int64 tensor on the device, computed there (``-1`` where a slot holds no live
-        transition), with no host synchronisation (:meth:`stage_device_read` first, skipped while
-        capturing)."""
+    def live_generations(self, slots: torch.Tensor) -> torch.Tensor:
+        """The generation of the live transition each of ``slots`` (an int64 tensor on the
+        device) holds, ``-1`` where it holds none, computed there with no host synchronisation
+        (:meth:`stage` first, skipped while capturing)."""
         if not capturing():
-            self.stage_device_read()
-        generation = self._columns.gather(slots)["generation"]
-        return torch.where(generation >= self._tail_on_device, generation, torch.full_like(generation, -1))
+            self.stage()
+        generation = self.ring.columns.gather(slots)["generation"]
+        return torch.where(generation >= self.tail_on_device, generation, torch.full_like(generation, -1))

@@ -1,13 +1,21 @@
-"""Transition ring of a replay memory: slots, generations, per-transition columns, streams,
-n-step windows, over an observation store.
+"""A replay memory composed of parts: the last ``capacity`` transitions, written and read in batches.
 
 :class:`ReplayMemory` keeps the last ``capacity`` transitions ``(s_t, a_t, r_t, γ_t, s_{t+1})``,
-one slot per transition, written in arrival order and evicted oldest first.  Where the
-observations live is its store's business (:mod:`~prisample.replay.stores`: a frame pool holding
-each distinct frame once, or per-key columns for dict observations); with ``n_step = n`` an
-:class:`~prisample.replay.nstep.NStepAccumulator` forms each transition's n-step window as its
-stream moves on.  Every add is one batch write (:meth:`ReplayMemory.write`) that reports what it
-evicted and which slots became drawable (:class:`~prisample.replay.writes.Inserted`), which is what
+one slot per transition, written in arrival order and evicted oldest first.  It holds its parts
+and joins them in its writes and reads:
+
+* its :class:`~prisample.replay.ring.Ring`: the live range, each slot's columns (action, reward,
+  discount, generation, extras) and the streams' episode ends;
+* its observation store (:mod:`~prisample.replay.stores`: a frame pool holding each distinct
+  frame once, or per-key columns for dict observations), built from the arguments or passed in
+  (``store=``);
+* with ``n_step = n`` an :class:`~prisample.replay.nstep.NStepAccumulator`, which forms each
+  transition's n-step window as its stream moves on;
+* its checkpoint (:class:`~prisample.replay.checkpoint.MemoryCheckpoint`) and, with ``device=``,
+  its device reads (:class:`~prisample.replay.device_reads.DeviceReads`).
+
+Every add is one batch write (:meth:`ReplayMemory.write`) that reports what it evicted and which
+slots became drawable (:class:`~prisample.replay.writes.Inserted`), which is what
 :class:`~prisample.replay.PrioritizedReplay` builds on.
 """
 
@@ -33,12 +41,13 @@ from prisample.replay._checks import (
 from prisample.replay._rows import last_rows
 from prisample.replay.batch import ReplayBatch
 from prisample.replay.checkpoint import STATE_VERSION, CheckedState, MemoryCheckpoint
-from prisample.replay.device import Columns, DeviceReader, as_device
+from prisample.replay.device import as_device
 from prisample.replay.device_reads import DeviceReads
 from prisample.replay.frames import FramePool, reserve_rows
 from prisample.replay.nstep import NStepAccumulator
+from prisample.replay.ring import Ring
 from prisample.replay.spec import DTypes, Transitions, TransitionSpec
-from prisample.replay.stores import FrameStore, ObservationStore, make_store
+from prisample.replay.stores import FrameStore, ObservationStore, check_store, make_store
 from prisample.replay.vector_env import VectorStepConverter, converter_for, rows_of_extras
 from prisample.replay.writes import Inserted, TransitionWrites, VectorAdd, WriteRequest
 
@@ -48,7 +57,7 @@ __all__ = ["STATE_VERSION", "CheckedState", "DTypes", "Inserted", "ReplayMemory"
 IntArray = npt.NDArray[np.int64]
 
 
-class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
+class ReplayMemory(TransitionWrites):
     """The last ``capacity`` transitions ``(s_t, a_t, r_t, γ_t, s_{t+1})`` with frames stored once.
 
     ``obs`` and ``next_obs`` passed to :meth:`add` have shape ``(frame_stack, *obs_shape)`` when
@@ -97,6 +106,15 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
     device).  Under ``n_step = n`` the windows' reward and discount are read on the host and go to
     the device in the read's one small copy, with the slots and weights.
 
+    ``store=`` a ready observation store (:mod:`~prisample.replay.stores`: a
+    :class:`~prisample.replay.stores.FrameStore` for array observations, a
+    :class:`~prisample.replay.stores.DictStore` for dict ones, or a subclass of either) replaces
+    the one the arguments would build: fresh (not yet allocated) and made for this memory's
+    ``capacity``, ``obs_shape``, ``frame_stack``, ``num_streams``, ``frame_capacity`` and
+    ``device``, which are checked against it (``ValueError``/``TypeError`` naming ``store`` and
+    the mismatch).  The memory allocates it (for the declared ``obs_dtype``, else at the first
+    add) and writes and reads through its methods.
+
     >>> import numpy as np
     >>> mem = ReplayMemory(8, (2,), frame_stack=2)
     >>> s0 = np.array([[0, 0], [1, 1]], np.float32)
@@ -109,12 +127,6 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
     (1, 3)
     """
 
-    # Per-transition columns: views of ``_columns.host`` (see :meth:`_column_spec`).
-    _action: npt.NDArray[Any]
-    _reward: npt.NDArray[np.float32]
-    _discount: npt.NDArray[np.float32]
-    _generation: IntArray
-    _extra: dict[str, npt.NDArray[Any]]
     _compiled_write = True
     """Whether one-step host writes go through the compiled write (:meth:`write_compiled`);
     an instance set to ``False`` takes the general path only (the reference the compiled one
@@ -134,6 +146,7 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
         n_step: int = 1,
         extras: Mapping[str, tuple[tuple[int, ...], npt.DTypeLike]] | None = None,
         device: Any = None,
+        store: ObservationStore | None = None,
     ) -> None:
         self.capacity = check_positive_int(capacity, "capacity")
         self.device = as_device(device)
@@ -153,49 +166,49 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
         self.obs_keys = self.spec.obs_keys
         """The keys of dict observations (``None``: array observations)."""
         self.obs_shape: Any = self.spec.obs_shape
-        reserve = reserve_rows(self.frame_stack, self.num_streams)
+        reserve = reserve_rows(stack, self.num_streams)
         if frame_capacity is not None:
             frame_capacity = check_positive_int(frame_capacity, "frame_capacity", minimum=reserve)
             if frame_capacity >= 2**31:
                 raise ValueError(
                     f"frame_capacity should be below 2**31, but got frame_capacity={frame_capacity}"
                 )
-        stack, c = self.frame_stack, self.capacity
-        self._store = make_store(
-            c,
-            self.obs_shape,
-            frame_stack=stack,
-            num_streams=self.num_streams,
-            frame_capacity=frame_capacity,
-            device=self.device,
-        )
-        # where the observations live: a frame pool or per-key columns (prisample.replay.stores)
-        self._columns = Columns(c, self._column_spec(), self.device)  # mirrored on a device
-        self._bind_columns()
-        self._generation[...] = -1  # number of the transition in the slot
-        self._reader = None if self.device is None else DeviceReader(self.device)
-        self._stream_ended = np.ones(self.num_streams, dtype=np.bool_)
-        self._evicted = np.zeros(c + 1, dtype=np.int64)
-        self._tail = 0  # transitions numbered [tail, head) are live
-        self._head = 0
-        self._tail_on_device = torch.zeros((), dtype=torch.int64, device=self.device)
-        self._tail_sent: int | None = 0
+        c, streams = self.capacity, self.num_streams
+        if store is None:
+            store = make_store(
+                c,
+                self.obs_shape,
+                frame_stack=stack,
+                num_streams=streams,
+                frame_capacity=frame_capacity,
+                device=self.device,
+            )
+        else:  # checked against the arguments that would have built it
+            check_store(
+                store,
+                c,
+                self.obs_shape,
+                frame_stack=stack,
+                num_streams=streams,
+                frame_capacity=frame_capacity,
+                device=self.device,
+            )
+        self._store = store  # where the observations live (prisample.replay.stores)
+        self._ring = Ring(c, self._column_spec(), self.num_streams, self.device)
         self._nstep = NStepAccumulator(self.n_step, self.num_streams, c) if self.n_step > 1 else None
-        self._windows: Columns | None = None
-        if self._nstep is not None and self.device is not None:
-            # the completed windows' results, mirrored for reads on the device: written when a
-            # window completes (out of ring order), so sent at once rather than synced in order
-            windows = {"reward": ((), np.dtype(np.float32)), "discount": ((), np.dtype(np.float32))}
-            self._windows = Columns(c, {**windows, "last": ((), np.dtype(np.int64))}, self.device)
+        self._device = (
+            None if self.device is None else DeviceReads(self.device, self._ring, store, self._nstep)
+        )
+        self._checkpoint = MemoryCheckpoint(self)
         self.vector_converter: VectorStepConverter | None = None
         """The converter of :meth:`add_vector_step` (made at its first call)."""
         self._vector_configured: Any = None
         declared = self.spec.declared_dtype
         if declared is not None:
-            self._store.allocate(declared, self._ring_nbytes())
+            store.allocate(declared, self._ring_nbytes())
 
     def _column_spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
-        """The per-transition columns (host arrays ``_action``, ..., ``_extra[name]``; on a device
+        """The per-transition columns of the ring (``action``, ..., ``extra.<name>``; on a device
         mirrored there and gathered there)."""
         spec = {
             "action": (self.action_shape, self.action_dtype),
@@ -206,28 +219,18 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
         spec.update({f"extra.{name}": (shape, dtype) for name, (shape, dtype) in self.extras.items()})
         return spec
 
-    def _bind_columns(self) -> None:
-        host = self._columns.host
-        self._action, self._reward = host["action"], host["reward"]
-        self._discount, self._generation = host["discount"], host["generation"]
-        self._extra = {name: host[f"extra.{name}"] for name in self.extras}
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        for name in ("_action", "_reward", "_discount", "_generation", "_extra"):
-            del state[name]  # views of the columns' arrays: rebound on load
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._bind_columns()
-
-    # -- observation storage ---------------------------------------------------------------------
-    def _invalidate_columns(self) -> None:
-        self._columns.invalidate()
-
-    def _committed(self) -> None:
-        self._resend_all_windows()
+    def _adopt(
+        self,
+        store: ObservationStore,
+        nstep: NStepAccumulator | None,
+        vector: tuple[VectorStepConverter, Any] | None,
+    ) -> None:
+        """Take the parts a loaded state brought (its checkpoint's commit): the observation
+        store, the n-step accumulator and the vector-step converter with its autoreset mode."""
+        self._store, self._nstep = store, nstep
+        self.vector_converter, self._vector_configured = (None, None) if vector is None else vector
+        if self._device is not None:
+            self._device.adopt(store, nstep)
 
     def _ring_nbytes(self) -> int:
         """Bytes of the ring's per-slot arrays (frame rows, columns): what a new store adds to."""
@@ -235,9 +238,15 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
         return self.capacity * (8 * self.frame_stack + 16 + action_nbytes)
 
     @property
+    def ring(self) -> Ring:
+        """The transitions' slots: the live range, each slot's columns, the streams' episode
+        ends (:class:`~prisample.replay.ring.Ring`)."""
+        return self._ring
+
+    @property
     def store(self) -> ObservationStore:
         """Where the observations live (:mod:`~prisample.replay.stores`): a frame pool or
-        per-key columns, chosen by ``obs_shape``."""
+        per-key columns, chosen by ``obs_shape`` (or passed in as ``store=``)."""
         return self._store
 
     @property
@@ -258,17 +267,17 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
 
     # -- properties -----------------------------------------------------------------------------
     def __len__(self) -> int:
-        return self._head - self._tail
+        return self._ring.head - self._ring.tail
 
     @property
     def num_added(self) -> int:
         """Transitions added since construction (the next one gets this generation number)."""
-        return self._head
+        return self._ring.head
 
     @property
     def num_evicted(self) -> int:
         """Transitions evicted since construction: those numbered ``[num_evicted, num_added)`` live."""
-        return self._tail
+        return self._ring.tail
 
     @property
     def num_frames(self) -> int:
@@ -278,8 +287,7 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
     @property
     def nbytes(self) -> int:
         """Bytes held in the memory's arrays (frame pool, rows, actions, rewards, bookkeeping)."""
-        total = self._stream_ended.nbytes + self._evicted.nbytes + self._store.nbytes
-        total += self._columns.nbytes  # a device mirror included
+        total = self._ring.nbytes + self._store.nbytes  # device mirrors included
         if self._nstep is not None:
             total += self._nstep.nbytes
         return total
@@ -338,29 +346,26 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
         self, rows: compiled.CompiledRows, tree: Any, count: int
     ) -> tuple[Inserted, int | None] | None:
         """The compiled write of checked rows (see :meth:`write_compiled`)."""
-        store = self._store
+        store, ring = self._store, self._ring
         assert isinstance(store, FrameStore)
-        c, n = self.capacity, rows.streams.shape[0]
-        if self._evicted.shape[0] < c + n:  # a write evicts at most the live transitions and its rows
-            self._evicted = np.empty(c + n, dtype=np.int64)
-        head = self._head
+        n, head = rows.streams.shape[0], ring.head
         code, tail, count, slots, until, gone, ready, broke = compiled.write_rows(
             store.pool,
             (store.obs_rows, store.next_rows),
             rows,
-            (self._action, self._reward, self._discount, self._generation),
-            self._stream_ended,
-            self._tail,
+            (ring.action, ring.reward, ring.discount, ring.generation),
+            ring.stream_ended,
+            ring.tail,
             head,
-            self._evicted,
+            ring.evicted_room(n),
             tree,
             count,
         )
         if code > 0:  # a row the general path rejects: nothing was written
             return None
-        self._tail, self._head = tail, head + n
+        ring.tail, ring.head = tail, head + n
         if rows.extras:
-            self._columns.write_rows(slots, {f"extra.{name}": v for name, v in rows.extras.items()})
+            ring.columns.write_rows(slots, {f"extra.{name}": v for name, v in rows.extras.items()})
         if code < 0:  # the memory was written, the tree refused a mass (the general path raises too)
             raise RuntimeError(f"the sampler's tree refused the write (code {-code})")
         for i in broke:
@@ -389,17 +394,18 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
                 f"swap_slots needs n_step=1 (windows name their slots), but got n_step={self.n_step}"
             )
         idx = self._slots([a, b])
-        dead = self._generation[idx] < self._tail
+        dead = ~self._ring.live(idx)
         if dead.any():
             j = int(np.argmax(dead))
             raise ValueError(f"swap_slots should name live slots, but got slot {idx[j]} (empty)")
         if idx[0] == idx[1]:
             return
         both, back = idx, idx[::-1]
-        for name, array in self._columns.host.items():
+        columns = self._ring.columns
+        for name, array in columns.host.items():
             if name != "generation":
                 array[both] = array[back]
-        self._columns.resend(both)
+        columns.resend(both)
         self._store.swap(both, back)
 
     def _write_vector_step(
@@ -442,30 +448,30 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
         empty = np.empty(0, dtype=np.int64)
         if n == 0:
             return Inserted(empty, empty, empty, empty)
-        store, c = self._store, self.capacity
+        store, ring = self._store, self._ring
         if not store.allocated:
             store.allocate(rows.dtype, self._ring_nbytes())
-        if self._evicted.shape[0] < c + n:  # a write evicts at most the live transitions and its rows
-            self._evicted = np.empty(c + n, dtype=np.int64)
-        head0, tail0 = self._head, self._tail
-        written = store.write(rows.obs, rows.next_obs, ids, tail0, head0, self._evicted)
+        evicted = ring.evicted_room(n)
+        head0, tail0 = ring.head, ring.tail
+        written = store.write(rows.obs, rows.next_obs, ids, tail0, head0, evicted)
         slots, until = written.slots, written.until
-        breaks = store.broken_streams(written, ends, ids, self._stream_ended)
+        breaks = store.broken_streams(written, ends, ids, ring.stream_ended)
         final = last_rows(ids)
-        self._stream_ended[ids[final]] = ends[final]
-        self._tail, self._head = written.tail, head0 + n
+        ring.stream_ended[ids[final]] = ends[final]
+        ring.tail, ring.head = written.tail, head0 + n
         columns = {"generation": head0 + np.arange(n, dtype=np.int64), "action": rows.action}
         columns.update(reward=rows.reward, discount=rows.discount)
         columns.update((f"extra.{name}", values) for name, values in (rows.extras or {}).items())
-        self._columns.write_rows(slots, columns)
+        ring.columns.write_rows(slots, columns)
         total = int(until[-1])
-        gone = self._evicted[:total].copy()
+        gone = evicted[:total].copy()
         if self._nstep is None:
             # a slot written here and evicted later in the call is not drawable
-            ready = slots if total == 0 else slots[self._generation[slots] >= self._tail]
+            ready = slots if total == 0 else slots[ring.live(slots)]
         else:
             ready = self._nstep.push_write(written, gone, tail0, head0, rows.reward, rows.discount, ends, ids)
-            self._send_windows(ready)
+            if self._device is not None:
+                self._device.send_windows(ready)
         for i in breaks:
             self._warn_broken(int(ids[i]))
         return Inserted(slots, gone, until, ready)
@@ -473,28 +479,27 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
     # -- reads ----------------------------------------------------------------------------------
     def valid(self, slots: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """Whether each slot holds a live transition (added and not yet evicted)."""
-        idx = self._slots(slots)
-        return np.asarray(self._generation[idx] >= self._tail)
+        return self._ring.live(self._slots(slots))
 
     def drawable(self, slots: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """Whether each slot holds a live transition whose n-step window is complete (``n_step =
         1``: live): the slots :meth:`get` reads and a sampler over the memory holds."""
         idx = self._slots(slots)
-        live = self._generation[idx] >= self._tail
+        live = self._ring.live(idx)
         if self._nstep is not None:
             live &= self._nstep.is_complete(idx)
         return np.asarray(live)
 
     def generations(self, slots: npt.ArrayLike) -> IntArray:
         """Number of the transition each slot holds (``-1`` never written): changes on rewrite."""
-        return self._generation[self._slots(slots)].copy()
+        return self._ring.generation[self._slots(slots)].copy()
 
     def live_generations(self, slots: npt.ArrayLike, name: str = "slots") -> IntArray:
         """Number of the live transition each slot holds, ``-1`` where it holds none (never
         written or evicted); errors name the argument ``name``."""
         idx = self._slots(slots, name)
-        generation = self._generation[idx]
-        return np.where(generation >= self._tail, generation, -1)
+        generation = self._ring.generation[idx]
+        return np.where(generation >= self._ring.tail, generation, -1)
 
     def get(self, slots: npt.ArrayLike, *, weights: npt.ArrayLike | None = None) -> ReplayBatch:
         """Transitions in ``slots`` as a :class:`ReplayBatch`: ``obs``, ``action``, ``reward``
@@ -512,7 +517,7 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
         (float32; on a device sent in the same copy as the slots).
         """
         idx = self._slots(slots)
-        dead = self._generation[idx] < self._tail
+        dead = ~self._ring.live(idx)
         if dead.any():
             j = int(np.argmax(dead))
             raise ValueError(f"slots should hold live transitions, but got slots[{j}]={idx[j]} (empty)")
@@ -540,7 +545,7 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
         keeps it in step with the memory (int64 slots, each :meth:`drawable`: not checked again),
         with the slots' generations on the host (what ``batch.generation`` holds, a tensor on a
         device)."""
-        return self._gather(slots, weights), self._generation[slots]
+        return self._gather(slots, weights), self._ring.generation[slots]
 
     def _gather(self, idx: IntArray, weights: npt.NDArray[np.float32] | None = None) -> ReplayBatch:
         """Read on the host (numpy), or on the device: the host computes what the store gathers
@@ -553,35 +558,21 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
         index, plan = self._store.read_plan(idx, last, 1 if nstep is None else self.n_step)
         floats: list[Any] = [] if nstep is None else [nstep.reward[idx], nstep.discount[idx]]
         batch_weights: Any = weights
+        ring = self._ring
         columns: dict[str, Any] = {}
-        if self._reader is None:
-            columns.update((name, array[idx]) for name, array in self._columns.host.items())
+        if self._device is None:
+            columns.update((name, array[idx]) for name, array in ring.columns.host.items())
         else:
-            head = self._head
-            sent, floats = self._reader.send([idx, *index], floats + ([] if weights is None else [weights]))
-            self._columns.sync(head)
-            columns.update(self._columns.gather(sent[0]))
+            sent, floats = self._device.send([idx, *index], floats + ([] if weights is None else [weights]))
+            ring.columns.sync(ring.head)
+            columns.update(ring.columns.gather(sent[0]))
             index = sent[1:]
             if weights is not None:
                 batch_weights = floats.pop()
         if nstep is not None:
             columns["reward"], columns["discount"] = floats[0], floats[1]
-        obs, next_obs = self._store.take(index, plan, self._head)
-        return self._batch(columns, obs, next_obs, batch_weights)
-
-    def _batch(self, columns: dict[str, Any], obs: Any, next_obs: Any, weights: Any) -> ReplayBatch:
-        """A read's batch from its gathered columns and observations."""
-        extras = {name: columns[f"extra.{name}"] for name in self.extras}
-        return ReplayBatch(
-            obs,
-            columns["action"],
-            columns["reward"],
-            columns["discount"],
-            next_obs,
-            columns["generation"],
-            extras,
-            weights=weights,
-        )
+        obs, next_obs = self._store.take(index, plan, ring.head)
+        return ReplayBatch.from_columns(columns, obs, next_obs, ring.extra_names, batch_weights)
 
     def _slots(self, slots: npt.ArrayLike, name: str = "slots") -> IntArray:
         """``slots`` checked in range; errors name the argument as the caller's caller calls it."""
@@ -591,3 +582,84 @@ class ReplayMemory(TransitionWrites, DeviceReads, MemoryCheckpoint):
             j = int(np.argmax(bad))
             raise ValueError(f"{name} should lie in [0, {self.capacity}), but got {name}[{j}]={idx[j]}")
         return idx
+
+    # -- device reads (the part built with device=) ------------------------------------------------
+    def _device_reads(self, what: str) -> DeviceReads:
+        if self._device is None:
+            raise ValueError(f"{what} needs a device, but got device={self.device}")
+        return self._device
+
+    def send_to_device(
+        self, ints: list[npt.NDArray[Any]], floats: list[npt.NDArray[np.float32]]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Host arrays to the device in one pinned, asynchronous copy (no synchronisation): the
+        ``ints`` as int64 tensors and the ``floats`` as float32 tensors, in order."""
+        return self._device_reads("send_to_device").send(ints, floats)
+
+    def stage_device_read(self) -> None:
+        """The host side of a device read, which a captured CUDA graph cannot run: the rows
+        added since the last read (columns, the store's tables and frames, each in one copy) and
+        the ring's tail (a fill, when it moved) sent to the device.  :meth:`read_on_device` and
+        :meth:`live_generations_on_device` call it themselves, except while capturing."""
+        self._device_reads("a device read").stage()
+
+    def read_on_device(self, slots: torch.Tensor, weights: torch.Tensor | None = None) -> ReplayBatch:
+        """:meth:`get` for slots drawn on the memory's device (an int64 tensor there, each
+        :meth:`drawable`: not checked), with no host synchronisation: the columns, the store's
+        row tables, the frames and under n-step the windows' results (return, discount, last
+        slot: sent to the device as each window completes) are gathered from their device
+        mirrors (the rows added since the last read go over first, host to device:
+        :meth:`stage_device_read`, skipped while capturing)."""
+        return self._device_reads("read_on_device").read(slots, weights)
+
+    def live_generations_on_device(self, slots: torch.Tensor) -> torch.Tensor:
+        """:meth:`live_generations` of slots given as an int64 tensor on the device, computed
+        there (``-1`` where a slot holds no live transition), with no host synchronisation
+        (:meth:`stage_device_read` first, skipped while capturing)."""
+        return self._device_reads("live_generations_on_device").live_generations(slots)
+
+    # -- checkpoints (the checkpoint part) ---------------------------------------------------------
+    def state_dict(self, *, copy: bool = True) -> dict[str, Any]:
+        """Everything needed to continue exactly (numpy arrays and plain values): the config, the
+        arrays, the counters, the n-step accumulator's state (``"nstep"``, ``None`` for ``n_step =
+        1``) and the vector-step converter's (``"vector"``, ``None`` before the first
+        ``add_vector_step``).
+
+        ``copy=False`` returns the live arrays themselves (no second copy of a large frame pool);
+        serialise them before the next ``add``.
+        """
+        return self._checkpoint.state_dict(copy=copy)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output into a memory built with the same arguments.
+
+        The state is checked completely first (:meth:`check_valid`'s invariants, the config, every
+        array's dtype and shape, the n-step windows against the live transitions, the converter):
+        a malformed or inconsistent state raises ``ValueError`` or ``TypeError`` naming the key,
+        and the memory is left exactly as it was.  A memory built with ``obs_dtype=None`` takes
+        the state's dtype.  Version 1 states (before n-step and extras) load into a memory with
+        ``n_step=1`` and no extras.
+        """
+        self._checkpoint.load_state_dict(state)
+
+    def check_state(self, state: Any) -> CheckedState:
+        """The state's arrays and counters, after checking everything :meth:`load_state_dict`
+        will assign; raises ``ValueError``/``TypeError`` naming the key, changes nothing."""
+        return self._checkpoint.check_state(state)
+
+    def commit_state(self, checked: CheckedState) -> None:
+        """Assign a state that :meth:`check_state` accepted (cannot fail: dtypes and shapes match)."""
+        self._checkpoint.commit_state(checked)
+
+    def check_valid(self) -> None:
+        """Raise ``ValueError`` naming the first broken invariant of the memory's bookkeeping.
+
+        The invariants :meth:`load_state_dict` demands of a state: each slot holds the transition
+        last written there (its generation follows from the number of adds) and the live ones are
+        the most recent ``len(memory)``; every frame row that a live transition or a stream's last
+        stack names is in the pool; each row's reference count equals its number of such uses;
+        the free list holds exactly the unused rows, once each; live rewards are finite, live
+        discounts in ``[0, 1]``, live float actions, extras and observations, and used float
+        frames finite.  Also that the frame pool's dedup cache holds each stream's last stacks.
+        """
+        self._checkpoint.check_valid()

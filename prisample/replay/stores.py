@@ -18,7 +18,9 @@ order, with the ring's evictions), :meth:`ObservationStore.read_plan` and
 the device), :attr:`ObservationStore.nbytes`, and its part of the memory's state
 (:meth:`ObservationStore.state_arrays`, :meth:`ObservationStore.check_state`,
 :meth:`ObservationStore.commit_state`).  A store is made before the observation dtype is known
-and allocates its buffers at the first write (:meth:`ObservationStore.allocate`).
+and allocates its buffers at the first write (:meth:`ObservationStore.allocate`).  A memory makes
+its store with :func:`make_store`, or takes one passed in (``ReplayMemory(..., store=...)``),
+checked against its arguments by :func:`check_store`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ __all__ = [
     "FrameStore",
     "ObservationStore",
     "StoreWrite",
+    "check_store",
     "make_store",
 ]
 
@@ -256,6 +259,64 @@ def make_store(
             )
         return DictStore(capacity, dict(obs_shape), num_streams, device)
     return FrameStore(capacity, obs_shape, frame_stack, num_streams, frame_capacity, device)
+
+
+def check_store(
+    store: Any,
+    capacity: int,
+    obs_shape: Any,
+    *,
+    frame_stack: int,
+    num_streams: int,
+    frame_capacity: int | None,
+    device: torch.device | None,
+) -> None:
+    """Raise ``TypeError``/``ValueError`` naming ``store`` unless it is a fresh store that
+    :func:`make_store` could have made with these arguments: an :class:`ObservationStore` not yet
+    allocated, of the kind ``obs_shape`` asks for (a :class:`DictStore` for a dict of shapes, a
+    :class:`FrameStore` otherwise, or a subclass), and with the same ``capacity``,
+    ``num_streams``, ``device``, shapes and (frame stores) ``frame_stack`` and ``frame_capacity``."""
+    if not isinstance(store, ObservationStore):
+        raise TypeError(f"store should be an ObservationStore, but got {type(store).__name__}")
+    if store.allocated:
+        raise ValueError(
+            f"store should be fresh (not yet allocated: the memory allocates it), but got a store "
+            f"allocated for obs_dtype={store.dtype!r}"
+        )
+    dict_obs = isinstance(obs_shape, Mapping)
+    kind = DictStore if dict_obs else FrameStore
+    if not isinstance(store, kind):
+        raise TypeError(
+            f"store should be a {kind.__name__} for obs_shape={obs_shape!r}, but got {type(store).__name__}"
+        )
+    expected: dict[str, Any] = {"capacity": capacity, "num_streams": num_streams, "device": device}
+    if dict_obs:
+        if frame_stack != 1:  # what make_store refuses for dict observations, refused here too
+            raise ValueError(
+                f"frame_stack should be 1 for dict observations (stack inside the space), "
+                f"but got frame_stack={frame_stack}"
+            )
+        if frame_capacity is not None:
+            raise ValueError(
+                "frame_capacity applies to array observations only (dict observations have no pool)"
+            )
+        assert isinstance(store, DictStore)
+        given: dict[str, Any] = {"obs_shape": store.obs_shape}
+        expected["obs_shape"] = dict(obs_shape)
+    else:
+        assert isinstance(store, FrameStore)
+        given = {
+            "obs_shape": store.frame_shape,
+            "frame_stack": store.frame_stack,
+            "frame_capacity": store.requested_frame_capacity,
+        }
+        expected.update(obs_shape=tuple(obs_shape), frame_stack=frame_stack, frame_capacity=frame_capacity)
+    given.update(capacity=store.capacity, num_streams=store.num_streams, device=store.device)
+    for name, value in expected.items():
+        if given[name] != value:
+            raise ValueError(
+                f"store should have {name}={value!r} (the memory's), but got {name}={given[name]!r}"
+            )
 
 
 class FrameStore(ObservationStore):

@@ -1,6 +1,7 @@
-"""The three ways transitions enter a replay, each one batch write through one method.
+"""The add front-end of a replay: three ways transitions enter it, each one batch write via ``write``.
 
-:class:`TransitionWrites` gives :class:`~prisample.replay.memory.ReplayMemory` and
+:class:`TransitionWrites`, an abstract base whose one abstract method is
+:meth:`~TransitionWrites.write`, gives :class:`~prisample.replay.memory.ReplayMemory` and
 :class:`~prisample.replay.PrioritizedReplay` the same ``add`` (one transition), ``add_many`` (a
 batch, e.g. a vector env's step with streams) and ``add_vector_step`` (a gymnasium vector env's
 step as it comes), declared once here.  Each packs its arguments into a request
@@ -14,6 +15,7 @@ under its lock and then tells its sampler what the write evicted and admitted.  
 
 from __future__ import annotations
 
+import abc
 import inspect
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -94,15 +96,15 @@ def _hosted(extras: Mapping[str, Any]) -> dict[str, Any]:
     return {name: host(value, name) for name, value in extras.items()}
 
 
-class TransitionWrites:
+class TransitionWrites(abc.ABC):
     """``add``, ``add_many`` and ``add_vector_step`` (and their ``insert`` forms), each a request
-    to :meth:`write`, the one write path of the class that inherits them."""
+    to :meth:`write`, the one write path a subclass implements (the only abstract method)."""
 
+    @abc.abstractmethod
     def write(self, request: WriteRequest) -> Inserted:
         """Store the transitions of ``request`` (one ``add``'s, ``add_many``'s or
         ``add_vector_step``'s arguments) in one batch write: checked once, then written; a
         rejected request changes nothing.  Returns what changed (:class:`Inserted`)."""
-        raise NotImplementedError
 
     def add(
         self,
