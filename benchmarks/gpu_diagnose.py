@@ -45,6 +45,7 @@ import torch
 from prisample import DeviceDraw, LinearSchedule, _device_kernels
 from prisample._capture import recording
 from prisample.replay import PrioritizedReplay
+from prisample.replay.write_back import DeviceWriteBackGuard
 
 __all__ = ["compare_devices", "compare_paths", "diagnose", "main"]
 
@@ -100,11 +101,11 @@ def step(replay: PrioritizedReplay) -> dict[str, torch.Tensor]:
 
 def _state(replay: PrioritizedReplay, out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A step's outputs and the state it left, copied."""
-    sampler = replay._sampler_on_device()
+    sampler = replay.steps.sampler_on_device()
     return {
         **{k: v.clone() for k, v in out.items()},
         "priorities": sampler.tree.raw.clone(),
-        "dropped": replay._dropped_on_device.clone(),
+        "dropped": cast(DeviceWriteBackGuard, replay.guard).dropped_on_device.clone(),
         "rng": sampler.rng_state.clone(),
     }
 
@@ -152,7 +153,7 @@ def _phase_devices(device: str) -> dict[str, Any]:
     return {
         "requested": device,
         "memory": str(memory),
-        "sampler": str(replay._sampler_on_device().device),
+        "sampler": str(replay.steps.sampler_on_device().device),
         "draw_indices": str(draw.indices.device),
         "draw_weights": str(draw.weights.device),
         "generation": str(torch.as_tensor(batch.generation).device),
@@ -164,13 +165,13 @@ def _phase_device_update(device: str) -> dict[str, Any]:
     replay = build(device)
     fill(replay, 20)
     calls = []
-    original = replay._update_on_device
+    original = replay.steps.update_on_device  # type: ignore[attr-defined]
 
     def spied(*args: Any) -> None:
         calls.append(1)
         original(*args)
 
-    replay._update_on_device = spied  # type: ignore[method-assign,assignment]
+    replay.steps.update_on_device = spied  # type: ignore[attr-defined]
     step(replay)
     result: dict[str, Any] = {"device_update_ran": calls == [1], "sync_free": None}
     if torch.device(device).type == "cuda":
@@ -192,9 +193,9 @@ def _phase_captured(device: str, steps: int) -> dict[str, Any]:
     replay = build(device)
     fill(replay, 3 * CAPACITY // STREAMS // 2)  # past the capacity: the ring has wrapped
     saved = replay.save_device_step()
-    rng0 = int(replay._sampler_on_device().rng_state.item())
+    rng0 = int(replay.steps.sampler_on_device().rng_state.item())
     eager = [_state(replay, step(replay)) for _ in range(steps)]
-    eager_beta_step = replay._sampler_on_device().step
+    eager_beta_step = replay.steps.sampler_on_device().step
     replay.restore_device_step(saved)
     captured = Captured(replay, lambda: step(replay))
     replays = [_state(replay, captured.replay_step()) for _ in range(steps)]
@@ -202,7 +203,7 @@ def _phase_captured(device: str, steps: int) -> dict[str, Any]:
         key: all(bool(torch.equal(a[key], b[key])) for a, b in zip(eager, replays, strict=True))
         for key in ("indices", "weights", "priorities", "dropped", "rng")
     }
-    same["beta_step"] = replay._sampler_on_device().step == eager_beta_step
+    same["beta_step"] = replay.steps.sampler_on_device().step == eager_beta_step
     expected = [(rng0 + (j + 1) * BATCH * GAMMA) & _MASK for j in range(steps)]
     advanced = [int(r["rng"].item()) & _MASK for r in replays]
     return {
@@ -232,7 +233,7 @@ def compare_devices(first: str, second: str) -> dict[str, Any]:
     for replay in replays.values():
         fill(replay, 200, seed=1)
     a, b = (sample(replays[name], 256)[1].indices.cpu() for name in (first, second))
-    x, y = (replays[name]._sampler_on_device().tree for name in (first, second))
+    x, y = (replays[name].steps.sampler_on_device().tree for name in (first, second))
     sums = [_ulps(u, v.cpu()) for u, v in zip([*x.sums, x.total], [*y.sums, y.total], strict=True)]
     return {
         "identical_indices_share": float((a == b).double().mean()),
@@ -250,8 +251,8 @@ def compare_paths(device: str, steps: int = 20) -> dict[str, Any]:
     (:func:`step`): whether every step's indices and weights, and the trees' nodes and raw
     priorities after, are identical."""
     fused, tensors = build(device), build(device)
-    fused._sampler_on_device().tree.fused = True
-    tensors._sampler_on_device().tree.fused = False
+    fused.steps.sampler_on_device().tree.fused = True
+    tensors.steps.sampler_on_device().tree.fused = False
     for replay in (fused, tensors):
         fill(replay, 200, seed=2)
     same = {"indices": True, "weights": True}
@@ -259,7 +260,7 @@ def compare_paths(device: str, steps: int = 20) -> dict[str, Any]:
         a, b = step(fused), step(tensors)
         for key in same:
             same[key] &= bool(torch.equal(a[key], b[key]))
-    x, y = (r._sampler_on_device().tree for r in (fused, tensors))
+    x, y = (r.steps.sampler_on_device().tree for r in (fused, tensors))
     same["nodes"] = bool(torch.equal(x.flat, y.flat))
     same["raw"] = bool(torch.equal(x.raw.nan_to_num(-1.0), y.raw.nan_to_num(-1.0)))
     return {"steps": steps, "same": same, "identical": all(same.values())}

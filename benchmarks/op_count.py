@@ -143,7 +143,7 @@ def replay_step_counts(
             capacity, (8, 8), frame_stack=4, num_streams=streams, device="cpu",
             backend="device_proportional", alpha=0.6, beta=0.4, seed=0,
         )  # fmt: skip
-        replay._sampler_on_device().tree.fused = fused
+        replay.steps.sampler_on_device().tree.fused = fused
         rng = np.random.default_rng(0)
         last = rng.integers(0, 255, (streams, 4, 8, 8), dtype=np.uint8)
 

@@ -243,7 +243,7 @@ def run(
         results["captured"]["meets_target"] = (
             results["captured"]["captured_step_device_ms"] <= CAPTURED_TARGET_MS
         )
-        results["captured"]["fused"] = replay._sampler_on_device().tree.fused
+        results["captured"]["fused"] = replay.steps.sampler_on_device().tree.fused
         done("captured")
     counter = [fill_steps]
 

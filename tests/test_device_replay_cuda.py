@@ -131,13 +131,13 @@ def test_a_memory_on_cuda_holds_the_device_its_draws_report_and_updates_stay_the
     batch, draw = replay.sample(32)
     assert replay.memory.device == draw.indices.device == torch.device("cuda", torch.cuda.current_device())
     calls = []
-    original = replay._update_on_device
+    original = replay.steps.update_on_device  # type: ignore[attr-defined]
 
     def spied(*args: Any) -> None:
         calls.append(1)
         original(*args)
 
-    monkeypatch.setattr(replay, "_update_on_device", spied)
+    monkeypatch.setattr(replay.steps, "update_on_device", spied)
     replay.update_priorities(
         draw.indices, torch.ones(32, device=draw.indices.device), generations=batch.generation
     )

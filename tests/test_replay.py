@@ -383,7 +383,7 @@ def test_priorities_follow_their_transitions(ops: list[tuple[str, int]], capacit
             if op == "update":
                 replay.update_priorities(slots, values, generations=generations)
             else:  # the documented rule: the generation of the slot's most recent draw decides
-                generations = replay._drawn[slots]
+                generations = replay.guard.last_drawn(slots)
                 replay.update_priorities(slots, values)
             for generation, v in zip(generations.tolist(), values.tolist(), strict=True):
                 if generation in priority:

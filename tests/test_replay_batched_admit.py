@@ -1,4 +1,4 @@
-"""The batched sampler side of a write (:meth:`PrioritizedReplay._enter`: evictions in one call,
+"""The batched sampler side of a write (:meth:`HostSteps.enter`: evictions in one call,
 admissions in another) against the naive reference, row by row (each row's evictions leave, then
 the row enters at the maximum of the memory it joins): same priorities, same draws."""
 
@@ -14,13 +14,22 @@ import pytest
 from prisample.backends import backend_names
 from prisample.replay import PrioritizedReplay
 from prisample.replay.memory import Inserted
+from prisample.replay.steps import HostSteps
+
+
+class RowByRowSteps(HostSteps):
+    """The reference: today's semantics spelled out one row at a time."""
+
+    def enter(self, done: Inserted, head: int) -> npt.NDArray[np.float64]:
+        return self.enter_rows(done)
 
 
 class RowByRow(PrioritizedReplay):
-    """The reference: today's semantics spelled out one row at a time."""
+    """A replay whose host steps are :class:`RowByRowSteps` (its other parts as built)."""
 
-    def _enter(self, done: Inserted, head: int) -> npt.NDArray[np.float64]:
-        return self._enter_rows(done)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.steps = RowByRowSteps(self.memory, self.sampler, self.guard, self.eviction_strategy)
 
 
 def _run(cls: type[PrioritizedReplay], backend: str, eviction: str, stack: int, seed: int) -> list[Any]:

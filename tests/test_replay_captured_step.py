@@ -147,7 +147,7 @@ def test_save_and_restore_device_step_put_every_changed_value_back() -> None:
     _step(replay)
     before, dropped = replay.state_dict(), replay.dropped_updates
     saved = replay.save_device_step()
-    tensors = replay._device_step_tensors()
+    tensors = replay.steps.step_tensors()
     for _ in range(3):  # draws, priority writes, and one stale update dropped
         batch, draw = _step(replay)
     replay.add_many(**stream.step())
@@ -155,7 +155,7 @@ def test_save_and_restore_device_step_put_every_changed_value_back() -> None:
     replay.update_priorities(draw.indices, ones, generations=batch.generation - 1)
     assert replay.dropped_updates > dropped
     replay.restore_device_step(saved)
-    assert all(a is b for a, b in zip(tensors, replay._device_step_tensors(), strict=True))  # in place
+    assert all(a is b for a, b in zip(tensors, replay.steps.step_tensors(), strict=True))  # in place
     after = replay.state_dict()
     for key in ("sampler", "drawn"):
         assert _same(before[key], after[key]), key

@@ -80,9 +80,11 @@ def test_device_replay_keeps_the_host_replays_priorities(backend: str) -> None:
             _same_update(host, device, rng.choice(len(host), 5, replace=False), rng)
         np.testing.assert_array_equal(device.sampler.priorities, host.sampler.priorities)
     device.check_valid()
-    # the device's tree and its draw record (int64 per slot) are counted beside the memory
+    # the device's tree and its draw record (int64 per slot, on the device in place of the
+    # host's) are counted beside the memory
     assert device.sampler.nbytes > 0
-    assert device.nbytes == host.nbytes - host.sampler.nbytes + device.sampler.nbytes + 8 * CAPACITY
+    assert device.guard.nbytes == host.guard.nbytes == 8 * CAPACITY
+    assert device.nbytes == host.nbytes - host.sampler.nbytes + device.sampler.nbytes
 
 
 def test_a_stale_update_is_dropped_on_the_device() -> None:
@@ -257,13 +259,13 @@ def test_a_draws_tensors_take_the_device_path_whatever_the_devices_spelling(
     replay = _small("device_proportional", device)
     assert replay.memory.device == replay.sampler.device == torch.device("cpu")
     calls = []
-    original = replay._update_on_device
+    original = replay.steps.update_on_device  # type: ignore[attr-defined]
 
     def spied(*args: Any) -> None:
         calls.append(1)
         original(*args)
 
-    monkeypatch.setattr(replay, "_update_on_device", spied)
+    monkeypatch.setattr(replay.steps, "update_on_device", spied)
     for t in range(6):
         _add(replay, t)
     batch, draw = replay.sample(2)
@@ -296,8 +298,7 @@ def test_the_recipes_device_option_names_the_device_as_its_tensors_report_it() -
 
 def _count_writes(replay: PrioritizedReplay, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Spies on the device tree's writes and the sampler's removals."""
-    sampler = replay._device_sampler
-    assert sampler is not None
+    sampler = replay.steps.sampler_on_device()
     counts = {"tree_writes": 0, "removes": 0}
     write, remove = sampler.tree.write, sampler.remove
 

@@ -1,375 +1,189 @@
-"""The parts a ``ReplayMemory`` is composed of, each tested alone: the add front-end
-(``TransitionWrites``, an abstract base with one abstract ``write``), the ring of slots
-(``Ring``), the checkpoint (``MemoryCheckpoint`` over a memory), the device reads
-(``DeviceReads`` on CPU tensors), and the observation store passed in (``store=``) instead of
-built from the arguments."""
+"""A prioritized replay made of parts (``prisample/replay/replay_parts.py``): a memory and a sampler
+passed in or built by the one factory, the host or device steps chosen with the sampler, the
+checkpoint a part of its own; mismatched parts refused by name with nothing built."""
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from prisample.replay import ReplayMemory
-from prisample.replay.checkpoint import MemoryCheckpoint
-from prisample.replay.device_reads import DeviceReads
-from prisample.replay.nstep import NStepAccumulator
-from prisample.replay.ring import Ring
-from prisample.replay.stores import DictStore, FrameStore, make_store
-from prisample.replay.writes import AddRequest, Inserted, TransitionWrites, VectorAdd, WriteRequest
-
-ARGS: dict[str, Any] = {
-    "obs_dtype": np.uint8,
-    "frame_stack": 4,
-    "num_streams": 2,
-    "extras": {"lp": ((), np.float32)},
-}
+import prisample.replay.replay_parts as parts_module
+from prisample import PrioritizedSampler
+from prisample.device_sampler import DevicePrioritizedSampler
+from prisample.replay import PrioritizedReplay, ReplayMemory
+from prisample.replay.device_steps import DeviceSteps
+from prisample.replay.replay_checkpoint import ReplayCheckpoint
+from prisample.replay.replay_parts import build_replay_parts
+from prisample.replay.steps import HostSteps
+from prisample.replay.write_back import DeviceWriteBackGuard, HostWriteBackGuard
+from prisample.slot_sampler import make_sampler
 
 
-def _fill(memory: ReplayMemory, steps: int = 30, seed: int = 0) -> None:
-    """``steps`` adds on two interleaved streams, episodes ending now and then (the ring wraps)."""
-    rng = np.random.default_rng(seed)
-    last: dict[int, Any] = {}
-    for t in range(steps):
-        s = t % 2
-        obs = last.get(s, rng.integers(0, 255, (4, 3, 3), dtype=np.uint8))
-        nxt = np.concatenate([obs[1:], rng.integers(0, 255, (1, 3, 3), dtype=np.uint8)])
-        end = t % 9 == 8 or t >= steps - 2  # each stream's last add ends its episode
-        memory.add(obs, t % 3, float(t), 0.9, nxt, stream=s, episode_end=end, lp=-float(t))
-        last[s] = nxt
-        if end:
-            del last[s]
+def _memory(capacity: int = 8, **kw: Any) -> ReplayMemory:
+    return ReplayMemory(capacity, (2,), obs_dtype=np.float32, **kw)
 
 
-def _host(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _host(v) for k, v in value.items()}
-    return value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+def _fill(replay: PrioritizedReplay, n: int = 12) -> None:
+    for t in range(n):
+        replay.add(np.full(2, t, np.float32), 0, 1.0, 0.9, np.full(2, t + 1, np.float32))
 
 
-def _equal(x: Any, y: Any) -> bool:
-    x, y = _host(x), _host(y)
-    if isinstance(x, dict):
-        return isinstance(y, dict) and x.keys() == y.keys() and all(_equal(x[k], y[k]) for k in x)
-    return bool(x.dtype == y.dtype and np.array_equal(x, y))
+def _run(replay: PrioritizedReplay) -> list[Any]:
+    """Adds, draws and updates; what they gave."""
+    out: list[Any] = []
+    _fill(replay)
+    for step in range(5):
+        _, draw = replay.sample(4)
+        indices = np.asarray(draw.indices)
+        out.append(indices.copy())
+        replay.update_priorities(indices, np.arange(4.0) + step)
+        replay.add(np.zeros(2, np.float32), 1, 0.0, 0.9, np.ones(2, np.float32))
+    out.append(replay.sampler.priorities)
+    return out
 
 
-def _same_batch(a: Any, b: Any) -> bool:
-    fields = ("obs", "action", "reward", "discount", "next_obs", "generation", "extras")
-    return all(_equal(getattr(a, f), getattr(b, f)) for f in fields)
-
-
-def _same_state(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    if a.keys() != b.keys():
-        return False
-    for key in a:
-        x, y = a[key], b[key]
-        if isinstance(x, np.ndarray):
-            if not (isinstance(y, np.ndarray) and x.dtype == y.dtype and np.array_equal(x, y)):
-                return False
-        elif x != y:
-            return False
-    return True
-
-
-# -- the add front-end ---------------------------------------------------------------------------
-
-
-class _Recorder(TransitionWrites):
-    """A front-end whose one write records the requests."""
-
-    def __init__(self) -> None:
-        self.requests: list[WriteRequest] = []
-
-    def write(self, request: WriteRequest) -> Inserted:
-        self.requests.append(request)
-        n = 1 if isinstance(request, AddRequest) and request.single else 2
-        slots = np.arange(n, dtype=np.int64)
-        return Inserted(slots, slots[:0], np.zeros(n, np.int64), slots)
-
-
-def test_the_front_end_needs_its_one_write() -> None:
-    with pytest.raises(TypeError, match="abstract"):
-        TransitionWrites()  # type: ignore[abstract]
-
-    class NoWrite(TransitionWrites):
-        pass
-
-    with pytest.raises(TypeError, match="write"):
-        NoWrite()  # type: ignore[abstract]
-
-
-def test_every_add_is_one_request_to_write() -> None:
-    front = _Recorder()
-    obs = np.zeros(3)
-    assert front.add(obs, 1, 0.5, 0.9, obs, stream=1, lp=0.1) == 0
-    assert front.add_many(np.zeros((2, 3)), [0, 1], [0.0, 1.0], [1.0, 1.0], np.zeros((2, 3))).tolist() == [
-        0,
-        1,
-    ]
-    inserted = front.insert(obs, 2, 0.5, 0.9, obs, True, 3)
-    assert isinstance(inserted, Inserted)
-    front.add_vector_step(
-        np.zeros((2, 3)), [0, 1], [0.0, 1.0], [False] * 2, [False] * 2, np.zeros((2, 3)), {}
+def test_a_memory_and_a_sampler_passed_in_are_the_replays_parts_and_draw_as_built_ones() -> None:
+    built = PrioritizedReplay(8, (2,), obs_dtype=np.float32, alpha=0.7, seed=3)
+    memory, sampler = _memory(), PrioritizedSampler(8, alpha=0.7, seed=3, size=0)
+    given = PrioritizedReplay(memory=memory, sampler=sampler)
+    assert given.memory is memory and given.sampler is sampler and given.capacity == 8
+    own_memory = PrioritizedReplay(memory=_memory(), alpha=0.7, seed=3)
+    own_sampler = PrioritizedReplay(
+        8, (2,), obs_dtype=np.float32, sampler=PrioritizedSampler(8, alpha=0.7, seed=3, size=0)
     )
-    kinds = [type(r).__name__ for r in front.requests]
-    assert kinds == ["AddRequest", "AddRequest", "AddRequest", "VectorAdd"]
-    one, many, ins, vec = front.requests
-    assert isinstance(one, AddRequest) and one.single and one.streams == 1 and one.extras == {"lp": 0.1}
-    assert isinstance(many, AddRequest) and not many.single and many.priorities is None
-    assert isinstance(ins, AddRequest) and ins.episode_end is True and ins.streams == 3
-    assert isinstance(vec, VectorAdd) and vec.gamma == 0.99
+    reference = _run(built)
+    for replay in (given, own_memory, own_sampler):
+        for a, b in zip(_run(replay), reference, strict=True):
+            np.testing.assert_array_equal(a, b)
+        replay.check_valid()
 
 
-# -- the ring ------------------------------------------------------------------------------------
+def test_the_memory_passed_in_sets_the_sampler_built_capacity_device_and_n_step() -> None:
+    replay = PrioritizedReplay(memory=_memory(5, n_step=3, device="cpu"), backend="device_proportional")
+    assert isinstance(replay.sampler, DevicePrioritizedSampler) and replay.sampler.capacity == 5
+    assert isinstance(replay.steps, DeviceSteps) and replay.on_device
+    with pytest.raises(ValueError, match=r"eviction='priority' needs n_step=1.*n_step=3"):
+        PrioritizedReplay(memory=_memory(5, n_step=3), eviction="priority")
 
 
-def _ring(capacity: int = 4) -> Ring:
-    spec: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = {
-        "action": ((), np.dtype(np.int64)),
-        "reward": ((), np.dtype(np.float32)),
-        "discount": ((), np.dtype(np.float32)),
-        "generation": ((), np.dtype(np.int64)),
-        "extra.lp": ((2,), np.dtype(np.float32)),
-    }
-    return Ring(capacity, spec, 3)
-
-
-def test_ring_columns_are_its_state_arrays_and_commit_assigns_them() -> None:
-    ring = _ring()
-    assert list(ring.state_arrays()) == [*Ring.STATE_ARRAYS, "extra.lp"]
-    assert ring.state_arrays()["extra.lp"] is ring.extra["lp"] is ring.columns.host["extra.lp"]
-    assert len(ring) == 0 and ring.generation.tolist() == [-1] * 4 and ring.stream_ended.all()
-    other = _ring()
-    arrays = {name: a.copy() for name, a in ring.state_arrays().items()}
-    arrays["generation"][:] = [4, 5, 2, 3]
-    arrays["reward"][:] = [1, 2, 3, 4]
-    arrays["stream_ended"][1] = False
-    other.commit(arrays, 3, 6)
-    assert (other.tail, other.head, len(other)) == (3, 6, 3)
-    assert other.generation.tolist() == [4, 5, 2, 3] and other.reward.tolist() == [1, 2, 3, 4]
-    assert other.stream_ended.tolist() == [True, False, True]
-    assert other.live(np.arange(4, dtype=np.int64)).tolist() == [True, True, False, True]
-    assert ring.generation.tolist() == [-1] * 4  # the arrays were copied in, not shared
-
-
-def test_ring_eviction_buffer_grows_for_a_long_write() -> None:
-    ring = _ring()
-    assert ring.evicted_room(1).shape[0] == 5
-    assert ring.evicted_room(10).shape[0] == 14
-
-
-def test_a_pickled_ring_keeps_its_columns_views() -> None:
-    ring = _ring()
-    ring.reward[2] = 7.0
-    copy = pickle.loads(pickle.dumps(ring))
-    copy.reward[1] = 5.0
-    assert copy.columns.host["reward"].tolist() == [0.0, 5.0, 7.0, 0.0]
-
-
-# -- the checkpoint ------------------------------------------------------------------------------
-
-
-def test_the_checkpoint_part_round_trips_a_memory() -> None:
-    memory = ReplayMemory(12, (3, 3), **ARGS)
-    _fill(memory)
-    saved = MemoryCheckpoint(memory).state_dict()
-    assert _same_state(saved, memory.state_dict())
-    fresh = ReplayMemory(12, (3, 3), **ARGS)
-    part = MemoryCheckpoint(fresh)
-    part.commit_state(part.check_state(saved))
-    part.check_valid()
-    assert (len(fresh), fresh.num_added, fresh.num_evicted) == (len(memory), 30, 18)
-    assert _same_state(part.state_dict(), saved)
-    slots = np.flatnonzero(memory.valid(np.arange(12)))
-    assert _same_batch(fresh.get(slots), memory.get(slots))
-    _fill(memory, 7, seed=1)  # both continue alike
-    _fill(fresh, 7, seed=1)
-    assert _same_state(fresh.state_dict(), memory.state_dict())
-
-
-def test_the_checkpoint_part_refuses_a_bad_state_and_changes_nothing() -> None:
-    memory = ReplayMemory(12, (3, 3), **ARGS)
-    _fill(memory)
-    state = memory.state_dict()
-    target = ReplayMemory(12, (3, 3), **ARGS)
-    _fill(target, 5, seed=2)
-    before = target.state_dict()
-    part = MemoryCheckpoint(target)
-    bad = {**state, "head": state["head"] + 1}
-    with pytest.raises(ValueError, match="state_dict tail should lie in"):
-        part.load_state_dict(bad)
-    assert _same_state(target.state_dict(), before)
-    with pytest.raises(ValueError, match="capacity"):
-        MemoryCheckpoint(ReplayMemory(10, (3, 3), **ARGS)).check_state(state)
-
-
-def test_the_checkpoint_part_gives_a_memory_of_inferred_dtype_the_states_store() -> None:
-    memory = ReplayMemory(12, (3, 3), **ARGS)
-    _fill(memory)
-    inferred = ReplayMemory(12, (3, 3), **{**ARGS, "obs_dtype": None})
-    assert inferred.frame_pool is None
-    MemoryCheckpoint(inferred).load_state_dict(memory.state_dict())
-    assert inferred.obs_dtype == np.uint8 and inferred.store.allocated
-    assert _same_state(inferred.state_dict(), memory.state_dict())
-
-
-# -- the device reads ----------------------------------------------------------------------------
-
-
-def test_device_reads_gather_what_the_host_reads() -> None:
-    memory = ReplayMemory(12, (3, 3), **ARGS, device="cpu")
-    _fill(memory)
-    part = DeviceReads(torch.device("cpu"), memory.ring, memory.store, None)
-    slots = np.flatnonzero(memory.valid(np.arange(12)))
-    got = part.read(torch.from_numpy(slots), torch.ones(slots.shape[0]))
-    assert _same_batch(got, memory.get(slots))
-    assert isinstance(got.obs, torch.Tensor) and got.weights is not None
-
-
-def test_device_reads_stage_the_tail_and_mark_evicted_slots() -> None:
-    memory = ReplayMemory(12, (3, 3), **ARGS, device="cpu")
-    _fill(memory, 10)
-    part = DeviceReads(torch.device("cpu"), memory.ring, memory.store, None)
-    every = torch.arange(12)
-    assert part.live_generations(every).tolist() == memory.live_generations(np.arange(12)).tolist()
-    assert int(part.tail_on_device) == 0
-    _fill(memory, 20, seed=3)  # 30 adds into 12 slots: the tail moves on to 18
-    assert int(part.tail_on_device) == 0  # sent only when staged
-    part.stage()
-    assert int(part.tail_on_device) == memory.num_evicted == 18
-    assert part.live_generations(every).tolist() == memory.live_generations(np.arange(12)).tolist()
-
-
-def test_device_reads_mirror_the_windows_and_resend_them_on_adopt() -> None:
-    memory = ReplayMemory(12, (3, 3), **ARGS, n_step=3, device="cpu")
-    _fill(memory)
-    nstep = NStepAccumulator(3, 2, 12)
-    nstep.load_state_dict(memory.state_dict()["nstep"])
-    part = DeviceReads(torch.device("cpu"), memory.ring, memory.store, nstep)
-    assert part.windows is not None
-    slots = np.flatnonzero(memory.drawable(np.arange(12)))
-    stale = part.read(torch.from_numpy(slots))
-    assert not np.array_equal(_host(stale.reward), memory.get(slots).reward)  # nothing sent yet
-    part.adopt(memory.store, nstep)
-    assert _same_batch(part.read(torch.from_numpy(slots)), memory.get(slots))
-
-
-def test_never_written_slots_hold_no_live_transition_on_the_device() -> None:
-    """The bug: the device mirror of the generations started as zeros while the host's were -1,
-    and a sync sends only the rows written since, so a never-written slot read as transition 0
-    (live) on the device."""
-    memory = ReplayMemory(4, (2,), obs_dtype=np.float32, device="cpu")
-    memory.add(np.zeros(2), 0, 0.0, 1.0, np.ones(2))
-    assert memory.live_generations_on_device(torch.arange(4)).tolist() == [0, -1, -1, -1]
-
-
-def test_a_host_memory_has_no_device_reads() -> None:
-    memory = ReplayMemory(4, (2,))
-    with pytest.raises(ValueError, match="live_generations_on_device needs a device"):
-        memory.live_generations_on_device(torch.zeros(1, dtype=torch.int64))
-    with pytest.raises(ValueError, match="send_to_device needs a device"):
-        memory.send_to_device([np.zeros(1, np.int64)], [])
-
-
-# -- the store passed in -------------------------------------------------------------------------
-
-
-def _frame_store(**changes: Any) -> FrameStore:
-    args: dict[str, Any] = {
-        "capacity": 12,
-        "frame_shape": (3, 3),
-        "frame_stack": 4,
-        "num_streams": 2,
-        "frame_capacity": None,
-        "device": None,
-    }
-    args.update(changes)
-    return FrameStore(**args)
-
-
-@pytest.mark.parametrize("device", [None, "cpu"])
-def test_a_memory_given_its_store_behaves_like_one_that_built_it(device: str | None) -> None:
-    built = ReplayMemory(12, (3, 3), **ARGS, device=device)
-    store = _frame_store(device=None if device is None else torch.device(device))
-    given = ReplayMemory(12, (3, 3), **ARGS, device=device, store=store)
-    assert given.store is store and store.allocated
-    for memory in (built, given):
-        _fill(memory)
-    assert _same_state(given.state_dict(), built.state_dict())
-    slots = np.flatnonzero(built.valid(np.arange(12)))
-    assert _same_batch(given.get(slots), built.get(slots))
-    given.check_valid()
-
-
-def test_a_memory_given_a_dict_store_behaves_like_one_that_built_it() -> None:
-    shape = {"x": (3,), "y": (2,)}
-    built = ReplayMemory(6, shape, obs_dtype=np.float32)
-    given = ReplayMemory(6, shape, obs_dtype=np.float32, store=make_store(
-        6, shape, frame_stack=1, num_streams=1, frame_capacity=None, device=None
-    ))  # fmt: skip
-    rng = np.random.default_rng(0)
-    for t in range(9):
-        obs, nxt = ({k: rng.normal(size=s) for k, s in shape.items()} for _ in range(2))
-        for memory in (built, given):
-            memory.add(obs, t, 1.0, 0.9, nxt, episode_end=True)
-    assert _same_state(given.state_dict(), built.state_dict())
-    assert _same_batch(given.get([0, 3]), built.get([0, 3]))
-
-
-def test_a_custom_store_subclass_is_used() -> None:
-    calls: list[str] = []
-
-    class Counting(FrameStore):
-        def write(self, *args: Any) -> Any:
-            calls.append("write")
-            return super().write(*args)
-
-        def take(self, *args: Any) -> Any:
-            calls.append("take")
-            return super().take(*args)
-
-    built = ReplayMemory(12, (3, 3), **ARGS)
-    store = Counting(12, (3, 3), 4, 2, None, None)
-    given = ReplayMemory(12, (3, 3), **ARGS, store=store)
-    for memory in (built, given):
-        _fill(memory)
-    assert calls.count("write") == 30  # every add went through the subclass
-    assert _same_batch(given.get([1, 2]), built.get([1, 2]))
-    assert calls[-1] == "take"
+def test_the_steps_and_guard_follow_the_sampler() -> None:
+    host = build_replay_parts(8, (2,), obs_dtype=np.float32)
+    assert type(host.steps) is HostSteps and type(host.guard) is HostWriteBackGuard
+    device = build_replay_parts(8, (2,), obs_dtype=np.float32, device="cpu", priorities_on="cpu")
+    assert type(device.steps) is DeviceSteps and type(device.guard) is DeviceWriteBackGuard
+    assert device.guard.device == device.memory.device
+    replay = PrioritizedReplay(8, (2,), obs_dtype=np.float32)
+    assert not replay.on_device
+    with pytest.raises(AttributeError):
+        replay.on_device = True  # type: ignore[misc]
+    with pytest.raises(ValueError, match="needs the priorities on the device"):
+        replay.stage_device_step()
 
 
 @pytest.mark.parametrize(
-    ("store", "error", "message"),
+    ("kw", "error", "match"),
     [
-        (object(), TypeError, "store should be an ObservationStore, but got object"),
-        (DictStore(12, {"x": (3, 3)}, 2, None), TypeError, "store should be a FrameStore"),
-        (_frame_store(capacity=10), ValueError, "store should have capacity=12 .*capacity=10"),
-        (_frame_store(frame_shape=(3, 4)), ValueError, r"store should have obs_shape=\(3, 3\)"),
-        (_frame_store(frame_stack=2), ValueError, "store should have frame_stack=4"),
-        (_frame_store(num_streams=1), ValueError, "store should have num_streams=2"),
-        (_frame_store(frame_capacity=100), ValueError, "store should have frame_capacity=None"),
-        (_frame_store(device=torch.device("cpu")), ValueError, "store should have device=None"),
+        ({"memory": "nope"}, TypeError, r"memory should be a ReplayMemory, but got memory='nope'"),
+        ({"obs_shape": (2,)}, ValueError, r"obs_shape should be left unset, but got obs_shape=\(2,\)"),
+        (
+            {"frame_stack": 2, "n_step": 3},
+            ValueError,
+            r"memory= replaces .*: frame_stack, n_step should be left unset, but got frame_stack=2, n_step=3",
+        ),
+        ({"device": "cpu"}, ValueError, r"device should be left unset, but got device='cpu'"),
+        (
+            {"capacity": 9},
+            ValueError,
+            r"capacity should be None or the memory's capacity \(8\), but got capacity=9",
+        ),
+        (
+            {"sampler": PrioritizedSampler(9, size=0)},
+            ValueError,
+            r"sampler should be empty and of the memory's capacity \(8\), but got a sampler of capacity 9",
+        ),
+        (
+            {"sampler": DevicePrioritizedSampler(8, device="cpu")},
+            ValueError,
+            r"a DevicePrioritizedSampler should be on the memory's device .* device=None",
+        ),
+        ({"sampler": PrioritizedSampler(8, size=0), "alpha": 0.5}, ValueError, r"alpha should be left unset"),
     ],
 )
-def test_a_mismatched_store_is_refused_by_name(store: Any, error: type[Exception], message: str) -> None:
-    with pytest.raises(error, match=message):
-        ReplayMemory(12, (3, 3), **ARGS, store=store)
-    if isinstance(store, FrameStore):
-        assert not store.allocated  # nothing built
+def test_mismatched_parts_are_refused_by_name_and_nothing_is_built(
+    kw: dict[str, Any], error: type[Exception], match: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = _memory()
+    built: list[str] = []
+    real_sampler, real_memory = make_sampler, ReplayMemory.__init__
+
+    def counted_sampler(*args: Any, **kwargs: Any) -> Any:
+        built.append("sampler")
+        return real_sampler(*args, **kwargs)
+
+    def counted_memory(self: ReplayMemory, *args: Any, **kwargs: Any) -> None:
+        built.append("memory")
+        real_memory(self, *args, **kwargs)
+
+    monkeypatch.setattr(parts_module, "make_sampler", counted_sampler)
+    monkeypatch.setattr(ReplayMemory, "__init__", counted_memory)
+    kw = {"memory": memory, **kw}
+    with pytest.raises(error, match=match):
+        PrioritizedReplay(**kw)
+    assert built == []
+    assert memory.num_added == 0
 
 
-def test_an_allocated_or_mismatched_dict_store_is_refused() -> None:
-    used = _frame_store()
-    ReplayMemory(12, (3, 3), **ARGS, store=used)
-    with pytest.raises(ValueError, match=r"store should be fresh .*obs_dtype=dtype\('uint8'\)"):
-        ReplayMemory(12, (3, 3), **ARGS, store=used)
-    with pytest.raises(TypeError, match="store should be a DictStore"):
-        ReplayMemory(12, {"x": (3,)}, store=_frame_store())
-    with pytest.raises(ValueError, match=r"store should have obs_shape=\{'x': \(3,\)\}"):
-        ReplayMemory(12, {"x": (3,)}, store=DictStore(12, {"x": (4,)}, 1, None))
-    with pytest.raises(ValueError, match="frame_stack should be 1 for dict observations"):
-        ReplayMemory(12, {"x": (3,)}, frame_stack=2, store=DictStore(12, {"x": (3,)}, 1, None))
+def test_a_memory_that_was_written_is_refused() -> None:
+    memory = _memory()
+    memory.add(np.zeros(2, np.float32), 0, 0.0, 0.9, np.ones(2, np.float32))
+    with pytest.raises(
+        ValueError, match=r"memory should be empty \(nothing ever added\).* 1 transitions added"
+    ):
+        PrioritizedReplay(memory=memory)
+    with pytest.raises(TypeError, match="obs_shape should be given"):
+        PrioritizedReplay(8)
+
+
+def test_the_checkpoint_part_alone_round_trips_a_replays_state() -> None:
+    """The checkpoint is a part given the memory, sampler, guard and eviction strategy: one built
+    over another replay's parts writes the replay's state, and loads it all or nothing."""
+    replay = PrioritizedReplay(8, (2,), obs_dtype=np.float32, seed=0, eviction="priority")
+    _run(replay)
+    checkpoint = ReplayCheckpoint(replay.memory, replay.sampler, replay.guard, replay.eviction_strategy)
+    state = checkpoint.state_dict(include_memory=True)
+    assert state["eviction"] == "priority" and state["dropped_updates"] == replay.dropped_updates
+    np.testing.assert_array_equal(state["drawn"], replay.guard.record_state())
+    fresh = PrioritizedReplay(8, (2,), obs_dtype=np.float32, seed=1, eviction="priority")
+    bad = {**state, "drawn": np.zeros(7, dtype=np.int64)}
+    before = fresh.state_dict(include_memory=True)
+    with pytest.raises(ValueError, match=r"state_dict drawn should be int64\[8\]"):
+        fresh.checkpointer.load_state_dict(bad)
+    assert fresh.state_dict(include_memory=True)["memory"]["head"] == before["memory"]["head"] == 0
+    fresh.checkpointer.load_state_dict(state)
+    fresh.check_valid()
+    np.testing.assert_array_equal(fresh.sampler.priorities, replay.sampler.priorities)
+    np.testing.assert_array_equal(fresh.guard.record_state(), replay.guard.record_state())
+
+
+def test_a_device_replay_loaded_with_complete_windows_can_draw() -> None:
+    """The device steps learn that windows completed from the host's record, also when they
+    completed before a load (the state's memory), not only from the writes they saw."""
+    kw: dict[str, Any] = {
+        "obs_dtype": np.float32,
+        "n_step": 3,
+        "device": "cpu",
+        "backend": "device_proportional",
+    }
+    source = PrioritizedReplay(8, (2,), **kw)
+    _fill(source, 6)
+    target = PrioritizedReplay(8, (2,), **kw)
+    target.load_state_dict(source.state_dict(include_memory=True))
+    _, draw = target.sample(2)
+    assert isinstance(draw.indices, torch.Tensor) and draw.indices.shape == (2,)
+    empty = PrioritizedReplay(8, (2,), **kw)
+    empty.add(np.zeros(2, np.float32), 0, 0.0, 0.9, np.ones(2, np.float32))
+    with pytest.raises(ValueError, match="none has completed its window"):
+        empty.sample(1)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-import prisample.replay.prioritized as prioritized_module
+import prisample.replay.steps as steps_module
 import prisample.sampler as sampler_module
 from prisample import LinearSchedule, PrioritizedReplay, PrioritizedSampler
 from prisample.backends import backend_names, device_backend_names, sampler_choice
@@ -213,9 +213,9 @@ def test_an_update_converts_and_checks_its_priorities_once(monkeypatch: pytest.M
     replay = _replay()
     _fill(replay)
     _, draw = replay.sample(4)
-    for module in (prioritized_module, sampler_module):
+    for module in (steps_module, sampler_module):
         spy(module, "as_priorities", conversions, always)
-    spy(prioritized_module, "check_finite_priorities", value_checks, always)
+    spy(steps_module, "check_finite_priorities", value_checks, always)
     spy(sampler_module, "check_slots", value_checks, with_values)
     spy(sampler_module, "check_write", value_checks, always)
     values = [0.5, 1.0, 2.0, 4.0]

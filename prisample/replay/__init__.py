@@ -28,9 +28,18 @@ One job per module:
     :class:`ReplayBatch`: the typed batch a read returns.
 ``prioritized``
     :class:`PrioritizedReplay`: a memory and a :class:`~prisample.PrioritizedSampler` over its
-    slots (Schaul et al. 2016, Algorithm 1), joined by the memory's public methods; thread-safe.
+    slots (Schaul et al. 2016, Algorithm 1), assembled from the parts below; thread-safe.
+``replay_parts``
+    The parts of a prioritized replay and the one factory that builds those not passed in.
+``write_back``
+    The write-back guard: the draw record, stale priority updates dropped and counted (host or
+    device), over any items with generation numbers.
+``steps``
+    :class:`~prisample.replay.steps.ReplaySteps`: how writes, draws and updates reach the
+    sampler; :class:`~prisample.replay.steps.HostSteps` with the priorities on the host.
 ``replay_checkpoint``
-    The prioritized replay's ``state_dict``/``load_state_dict``, all or nothing.
+    The prioritized replay's ``state_dict``/``load_state_dict``, all or nothing: a part given
+    the memory, sampler, guard and eviction strategy.
 ``eviction``
     The eviction strategies: :class:`~prisample.replay.eviction.FifoEviction` and
     :class:`~prisample.replay.eviction.PriorityEviction` (lowest priority, oldest among equals,
@@ -43,7 +52,8 @@ One job per module:
     :class:`~prisample.replay.device_reads.DeviceReads`: a memory's reads on its device, from the
     mirrors, with no host synchronisation.
 ``device_steps``
-    The steps of a prioritized replay whose priorities live on the device.
+    :class:`~prisample.replay.device_steps.DeviceSteps`: the steps with the priorities on the
+    memory's device, with no host synchronisation.
 ``nstep``
     :class:`~prisample.replay.nstep.NStepAccumulator`: the n-step windows of a memory's slots,
     completed as transitions arrive.

@@ -1,27 +1,29 @@
 """The steps of a prioritized replay whose priorities live on the device.
 
-:class:`DeviceSteps` gives :class:`~prisample.replay.PrioritizedReplay` with
-its priorities on the memory's device (``priorities_on=device``, or ``backend="device_proportional"``
-/ ``"device_uniform"``) its device side: new transitions
-entering at the device's maximum, draws gathered from the device mirrors, priority updates whose
-generations are checked there, and the draw record and the dropped count kept there, all without
-reading a value back to the host (Schaul et al. 2016, Algorithm 1, lines 6 and 8-12).
+:class:`DeviceSteps` is the :class:`~prisample.replay.steps.ReplaySteps` of a
+:class:`~prisample.replay.PrioritizedReplay` with its priorities on the memory's device
+(``priorities_on=device``, or ``backend="device_proportional"`` / ``"device_uniform"``): new
+transitions enter at the device's maximum, draws are gathered from the device mirrors, priority
+updates have their generations checked there, and the draw record and the dropped count are kept
+there (a :class:`~prisample.replay.write_back.DeviceWriteBackGuard`), all without reading a value
+back to the host (Schaul et al. 2016, Algorithm 1, lines 6 and 8-12).
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
-from prisample.device_sampler import DevicePrioritizedSampler
+from prisample.device_sampler import DeviceDraw, DevicePrioritizedSampler
 from prisample.replay.batch import ReplayBatch
-from prisample.replay.eviction import events
+from prisample.replay.eviction import Eviction, Swaps, events
 from prisample.replay.memory import Inserted, ReplayMemory
+from prisample.replay.steps import ReplaySteps
+from prisample.replay.write_back import DeviceWriteBackGuard
 
 __all__ = ["DeviceSteps"]
 
@@ -32,45 +34,43 @@ _READ_AROUND = 64
 add evicts and enters in one write; more are removed in a write of their own first."""
 
 
-class DeviceSteps:
-    """The device side of a prioritized replay (mixed into
-    :class:`~prisample.replay.PrioritizedReplay`, whose memory, device sampler and records it
-    uses)."""
+class DeviceSteps(ReplaySteps):
+    """The steps with the priorities on the memory's device (FIFO eviction only): a
+    :class:`~prisample.device_sampler.DevicePrioritizedSampler` and a
+    :class:`~prisample.replay.write_back.DeviceWriteBackGuard` on the memory's device."""
 
-    memory: ReplayMemory
-    on_device: bool
-    _device_sampler: DevicePrioritizedSampler | None
-    _drawn: IntArray
-    _drawn_on_device: torch.Tensor
-    _dropped: int
-    _dropped_on_device: torch.Tensor
-    _drawable_seen: bool
+    on_device = True
+    _host_updates_checked = True  # host arrays go to the device sampler's checked path
 
-    @property
-    def lock(self) -> threading.RLock:
-        raise NotImplementedError
+    def __init__(
+        self,
+        memory: ReplayMemory,
+        sampler: DevicePrioritizedSampler,
+        guard: DeviceWriteBackGuard,
+        eviction: Eviction,
+    ) -> None:
+        super().__init__(memory, sampler, guard, eviction)
+        self.device_sampler = sampler
+        """The sampler, as the device sampler it is."""
+        self.device_guard = guard
+        """The guard, as the device guard it is."""
+        # whether a window ever completed (one-step: every add): what the host knows of the
+        # device sampler being non-empty, without asking it
+        self._drawable_seen = memory.n_step == 1
 
-    @property
-    def dropped_updates(self) -> int:
-        """Priority updates dropped as stale (their slot rewritten or evicted since the draw);
-        with the priorities on the device, reading it waits for the device."""
-        with self.lock:
-            if self.on_device:
-                return self._dropped + int(self._dropped_on_device.item())
-            return self._dropped
+    # -- writes ---------------------------------------------------------------------------------
+    def admit(self, done: Inserted, swaps: Swaps, head: int) -> None:
+        self.eviction.moved(self.sampler, swaps)
+        if self.memory.n_step > 1:
+            self._admit_windows(done)
+        else:  # FIFO only: no eviction strategy to tell
+            self._enter(done, head)
 
-    @dropped_updates.setter
-    def dropped_updates(self, value: int) -> None:
-        with self.lock:
-            self._dropped = value
-            if self.on_device:
-                self._dropped_on_device.zero_()
-
-    def _enter_on_device(self, done: Inserted, head: int) -> None:
-        """``_enter`` with the priorities on the device: the same two ordered writes, the
-        maximum read there (never on the host), the slots and marks sent over with the write."""
-        sampler = self._device_sampler
-        assert sampler is not None
+    def _enter(self, done: Inserted, head: int) -> None:
+        """:meth:`HostSteps.enter <prisample.replay.steps.HostSteps.enter>` with the priorities
+        on the device: the same two ordered writes, the maximum read there (never on the host),
+        the slots and marks sent over with the write."""
+        sampler = self.device_sampler
         slots, evicted, until = done.slots, done.evicted, done.evicted_until
         n = slots.shape[0]
         if n == 0:
@@ -97,83 +97,9 @@ class DeviceSteps:
         values = torch.where(torch.isnan(marks_on_device), math.nan, high)
         sampler.write(slots_on_device, values, checked=False)
 
-    def _sample_on_device(self, k: int) -> tuple[ReplayBatch, Any]:
-        """:meth:`~prisample.replay.PrioritizedReplay.sample` with the priorities on the device:
-        the draw, the gather and the draw record stay there (no host synchronisation); ``draw`` is
-        a :class:`~prisample.device_sampler.DeviceDraw` of tensors."""
-        sampler = self._device_sampler
-        assert sampler is not None
-        with self.lock:
-            self._check_drawable()
-            draw = sampler.sample(k)
-            batch = self.memory.read_on_device(draw.indices, draw.weights)
-            self._drawn_on_device[draw.indices] = cast(torch.Tensor, batch.generation)
-        return batch, draw
-
-    def stage_device_step(self) -> None:
-        """The host side of one ``sample`` and ``update_priorities`` on the device (see
-        :class:`~prisample.replay.PrioritizedReplay`), for a CUDA graph that captured them (a
-        graph replays kernels, never Python): the rows added since the last read and the ring's
-        tail sent to the device, ``β`` at the schedule's step sent and the step advanced.  Call it
-        before every replay of such a graph; eager calls do it themselves.  ``ValueError`` while
-        no transition can be drawn."""
-        sampler = self._sampler_on_device()
-        with self.lock:
-            self._check_drawable()
-            self.memory.stage_device_read()
-            sampler.stage_draw()
-
-    def save_device_step(self) -> tuple[list[torch.Tensor], int]:
-        """Copies of everything a device ``sample`` and ``update_priorities`` change: the
-        priority tree, the random stream's state, the draw record, the dropped count (tensors on
-        the device) and the β schedule's step; :meth:`restore_device_step` puts them back (e.g.
-        around the warm-up steps before a CUDA graph capture)."""
-        with self.lock:
-            return [t.clone() for t in self._device_step_tensors()], self._sampler_on_device().step
-
-    def restore_device_step(self, saved: tuple[list[torch.Tensor], int]) -> None:
-        """Put back what :meth:`save_device_step` copied (in place: a captured graph keeps
-        reading the same tensors)."""
-        tensors, step = saved
-        with self.lock:
-            for target, value in zip(self._device_step_tensors(), tensors, strict=True):
-                target.copy_(value)
-            self._sampler_on_device().step = step
-
-    def _sampler_on_device(self) -> DevicePrioritizedSampler:
-        if self._device_sampler is None:
-            raise ValueError(
-                "this needs the priorities on the device (priorities_on=device, or backend='device_*')"
-            )
-        return self._device_sampler
-
-    def _device_step_tensors(self) -> list[torch.Tensor]:
-        sampler = self._sampler_on_device()
-        own = [self._drawn_on_device, self._dropped_on_device]
-        return [*sampler.tree.state_tensors(), sampler.rng_state, *own]
-
-    def _check_drawable(self) -> None:
-        if len(self.memory) == 0 or not self._drawable_seen:  # the host's knowledge: no wait
-            raise ValueError(
-                f"no transition can be drawn yet: the memory holds {len(self.memory)} and with "
-                f"n_step={self.memory.n_step} none has completed its window"
-            )
-
-    def _draw_record(self) -> IntArray:
-        if self.on_device:
-            return self._drawn_on_device.cpu().numpy().copy()
-        return self._drawn.copy()
-
-    def _set_draw_record(self, drawn: IntArray) -> None:
-        self._drawn[:] = drawn
-        if self.on_device:
-            self._drawn_on_device.copy_(torch.from_numpy(self._drawn))
-
-    def _admit_windows_on_device(self, done: Inserted) -> None:
+    def _admit_windows(self, done: Inserted) -> None:
         """Under n-step: the write's evicted transitions leave, its completed windows enter at
         the device's maximum (trusted: the memory's own slots)."""
-        sampler = self._device_sampler
-        assert sampler is not None
         self._drawable_seen |= done.completed.shape[0] > 0
         leaving, entering = done.evicted.shape[0], done.completed.shape[0]
         if leaving == 0 and entering == 0:  # known from the host's shapes: nothing to write
@@ -191,14 +117,13 @@ class DeviceSteps:
                 high.expand(entering),
             ]
         )
-        sampler.write(slots_on_device, values, checked=False)
+        self.device_sampler.write(slots_on_device, values, checked=False)
 
     def _max_without(self, leaving: torch.Tensor) -> torch.Tensor:
         """The maximum new transitions enter at once ``leaving`` (slots on the device, about to be
         emptied by the same write) left: read around them, or for many of them after a removal
         of their own; the choice rests on their number, which the host knows."""
-        sampler = self._device_sampler
-        assert sampler is not None
+        sampler = self.device_sampler
         k = leaving.shape[0]
         if 0 < k <= _READ_AROUND:
             return sampler.max_priority_without(leaving)
@@ -206,25 +131,83 @@ class DeviceSteps:
             sampler.remove(leaving, checked=False)
         return sampler.max_priority
 
-    def _update_on_device(self, indices: torch.Tensor, priorities: Any, generations: Any) -> None:
-        """:meth:`~prisample.replay.PrioritizedReplay.update_priorities` of indices on the device
-        (a draw's): the generations checked there, the dropped count kept there, and the live
-        entries written with the stale ones masked out (a stale entry changes nothing; a slot
-        named twice keeps its last live entry, as on the host), in a fixed sequence of tensor
-        operations with no host synchronisation.  The indices are trusted to be a draw's (in
-        range, filled when drawn)."""
-        sampler = self._device_sampler
-        assert sampler is not None
+    # -- draws and updates ----------------------------------------------------------------------
+    def sample(self, k: int) -> tuple[ReplayBatch, DeviceDraw]:
+        """The draw, the gather and the draw record stay on the device (no host
+        synchronisation); ``draw`` is a :class:`~prisample.device_sampler.DeviceDraw` of tensors."""
+        with self.sampler.lock:
+            self._check_drawable()
+            draw = self.device_sampler.sample(k)
+            batch = self.memory.read_on_device(draw.indices, draw.weights)
+            self.device_guard.record(draw.indices, cast(torch.Tensor, batch.generation))
+        return batch, draw
+
+    def update(self, indices: Any, priorities: Any, generations: Any) -> None:
+        """Indices on the memory's device (a draw's) take :meth:`update_on_device`; anything
+        else is converted to the host and checked there."""
+        if isinstance(indices, torch.Tensor) and indices.device == self.memory.device:
+            self.update_on_device(indices, priorities, generations)
+        else:
+            self.update_from_host(indices, priorities, generations)
+
+    def update_on_device(self, indices: torch.Tensor, priorities: Any, generations: Any) -> None:
+        """:meth:`update` of indices on the device (a draw's): the generations checked there,
+        the dropped count kept there, and the live entries written with the stale ones masked
+        out (a stale entry changes nothing; a slot named twice keeps its last live entry, as on
+        the host), in a fixed sequence of tensor operations with no host synchronisation.  The
+        indices are trusted to be a draw's (in range, filled when drawn)."""
         device = self.memory.device
         idx = indices.to(torch.int64).reshape(-1)
         values = torch.as_tensor(priorities, dtype=torch.float64, device=device).reshape(-1)
-        with self.lock:
+        expected = (
+            None
+            if generations is None
+            else torch.as_tensor(generations, dtype=torch.int64, device=device).reshape(-1)
+        )
+        with self.sampler.lock:
             current = self.memory.live_generations_on_device(idx)
-            expected = (
-                self._drawn_on_device[idx]
-                if generations is None
-                else torch.as_tensor(generations, dtype=torch.int64, device=device).reshape(-1)
+            keep = self.device_guard.keep(idx, current, expected)
+            self.device_sampler.update_priorities(idx, values, checked=False, keep=keep)
+
+    def _check_drawable(self) -> None:
+        if len(self.memory) and not self._drawable_seen:
+            # not seen since construction: a loaded state may hold complete windows (the host's
+            # own record, read while nothing is drawable; sticks once true)
+            self._drawable_seen = bool(self.memory.drawable(np.arange(self.memory.capacity)).any())
+        if len(self.memory) == 0 or not self._drawable_seen:  # the host's knowledge: no wait
+            raise ValueError(
+                f"no transition can be drawn yet: the memory holds {len(self.memory)} and with "
+                f"n_step={self.memory.n_step} none has completed its window"
             )
-            keep = (current == expected) & (current >= 0)
-            self._dropped_on_device += (~keep).sum()
-            sampler.update_priorities(idx, values, checked=False, keep=keep)
+
+    # -- captured steps -------------------------------------------------------------------------
+    def sampler_on_device(self) -> DevicePrioritizedSampler:
+        return self.device_sampler
+
+    def stage(self) -> None:
+        """The rows added since the last read and the ring's tail sent to the device, ``β`` at
+        the schedule's step sent and the step advanced; ``ValueError`` while no transition can
+        be drawn."""
+        with self.sampler.lock:
+            self._check_drawable()
+            self.memory.stage_device_read()
+            self.device_sampler.stage_draw()
+
+    def save(self) -> tuple[list[torch.Tensor], int]:
+        """Copies of the priority tree, the random stream's state, the draw record, the dropped
+        count (tensors on the device) and the β schedule's step."""
+        with self.sampler.lock:
+            return [t.clone() for t in self.step_tensors()], self.device_sampler.step
+
+    def restore(self, saved: tuple[list[torch.Tensor], int]) -> None:
+        tensors, step = saved
+        with self.sampler.lock:
+            for target, value in zip(self.step_tensors(), tensors, strict=True):
+                target.copy_(value)
+            self.device_sampler.step = step
+
+    def step_tensors(self) -> list[torch.Tensor]:
+        """Everything a device ``sample`` and ``update`` change, as the tensors themselves (a
+        captured graph reads and writes these)."""
+        sampler = self.device_sampler
+        return [*sampler.tree.state_tensors(), sampler.rng_state, *self.device_guard.step_tensors()]

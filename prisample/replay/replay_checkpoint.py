@@ -1,8 +1,9 @@
 """Checkpoints of a prioritized replay: the sampler's state, the draw record and the memory's
 counters (and, on request, the memory's whole state), loaded all or nothing.
 
-:class:`ReplayCheckpoint` gives :class:`~prisample.replay.PrioritizedReplay` its ``state_dict``
-and ``load_state_dict``: everything is checked (the memory's state, the draw record, the sampler
+:class:`ReplayCheckpoint` is the part of a :class:`~prisample.replay.PrioritizedReplay` that
+writes and loads its ``state_dict``, given the replay's other parts (memory, sampler, write-back
+guard, eviction strategy): everything is checked (the memory's state, the draw record, the sampler
 filled exactly in the memory's drawable slots, the transitions' numbers under priority eviction)
 before anything changes.
 """
@@ -10,7 +11,6 @@ before anything changes.
 from __future__ import annotations
 
 import numbers
-import threading
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from prisample.replay._checks import as_state_array, check_keys
 from prisample.replay.checkpoint import CheckedState
 from prisample.replay.eviction import Eviction
 from prisample.replay.memory import ReplayMemory
+from prisample.replay.write_back import WriteBackGuard
 from prisample.slot_sampler import SlotSampler
 
 __all__ = ["REPLAY_STATE_VERSION", "ReplayCheckpoint"]
@@ -33,51 +34,41 @@ _LOADABLE_REPLAY_VERSIONS = (1, 2, 3)
 
 
 class ReplayCheckpoint:
-    """``state_dict`` and ``load_state_dict`` of a prioritized replay (mixed into
-    :class:`~prisample.replay.PrioritizedReplay`, whose sampler, memory, draw record and eviction
-    strategy they read and assign)."""
+    """``state_dict`` and ``load_state_dict`` of a prioritized replay made of ``memory``,
+    ``sampler``, ``guard`` (the draw record and the dropped count) and ``eviction`` (the
+    strategy, whose name and transitions' numbers the state holds); each call holds the
+    sampler's lock."""
 
-    sampler: SlotSampler
-    memory: ReplayMemory
-    eviction: str
-    dropped_updates: int
-    _drawn: IntArray
-    _drawable_seen: bool
-    _eviction: Eviction
-
-    @property
-    def lock(self) -> threading.RLock:
-        raise NotImplementedError
-
-    def _draw_record(self) -> IntArray:
-        """A host copy of the generation each slot held at its last draw (-1: never drawn)."""
-        raise NotImplementedError
-
-    def _set_draw_record(self, drawn: IntArray) -> None:
-        raise NotImplementedError
+    def __init__(
+        self, memory: ReplayMemory, sampler: SlotSampler, guard: WriteBackGuard, eviction: Eviction
+    ) -> None:
+        self.memory = memory
+        self.sampler = sampler
+        self.guard = guard
+        self.eviction = eviction
 
     @property
     def capacity(self) -> int:
-        raise NotImplementedError
+        return self.memory.capacity
 
     def state_dict(self, include_memory: bool = False, *, copy: bool = True) -> dict[str, Any]:
         """Sampler state, draw record and the memory's counters, plus the memory's state when
         ``include_memory`` (``copy`` as in :meth:`ReplayMemory.state_dict`): one consistent
         snapshot under threads (with ``copy=False`` the memory's arrays are views that later adds
         change)."""
-        with self.lock:
+        with self.sampler.lock:
             return self._state_dict(include_memory, copy=copy)
 
     def _state_dict(self, include_memory: bool, *, copy: bool) -> dict[str, Any]:
         state: dict[str, Any] = {
             "version": REPLAY_STATE_VERSION,
             "sampler": self.sampler.state_dict(),
-            "drawn": self._draw_record(),
-            "dropped_updates": self.dropped_updates,
+            "drawn": self.guard.record_state(),
+            "dropped_updates": self.guard.dropped,
             "memory_head": self.memory.num_added,
             "memory_tail": self.memory.num_evicted,
-            "eviction": self.eviction,
-            "numbers": self._eviction.state_generations(),
+            "eviction": self.eviction.name,
+            "numbers": self.eviction.state_generations(),
         }
         if include_memory:
             state["memory"] = self.memory.state_dict(copy=copy)
@@ -95,7 +86,7 @@ class ReplayCheckpoint:
         """
         if not isinstance(state, dict):
             raise TypeError(f"state should be a dict from state_dict(), but got {type(state).__name__}")
-        with self.lock:  # checks and commit against one memory: no add may land in between
+        with self.sampler.lock:  # checks and commit against one memory: no add may land in between
             self._load_state_dict(state)
 
     def _load_state_dict(self, state: dict[str, Any]) -> None:
@@ -112,9 +103,10 @@ class ReplayCheckpoint:
             keys |= {"eviction", "numbers"}
         check_keys(state, keys | ({"memory"} & state.keys()), "state_dict")
         eviction = state.get("eviction", "fifo")
-        if eviction not in ("fifo", self.eviction):  # a fifo state loads under either eviction
+        if eviction not in ("fifo", self.eviction.name):  # a fifo state loads under either eviction
             raise ValueError(
-                f"state_dict eviction should be {self.eviction!r} (or 'fifo'), but got eviction={eviction!r}"
+                f"state_dict eviction should be {self.eviction.name!r} (or 'fifo'), "
+                f"but got eviction={eviction!r}"
             )
         counts = {}
         for key in keys - {"version", "sampler", "drawn", "eviction", "numbers"}:
@@ -137,12 +129,7 @@ class ReplayCheckpoint:
                     f"state_dict {key} should be {mine} (the memory's), but got {key}={counts[key]}: "
                     "the state was saved with another memory, or at another point of this one"
                 )
-        drawn = as_state_array(state["drawn"], "state_dict drawn")
-        if drawn.shape != self._drawn.shape or drawn.dtype != self._drawn.dtype:
-            raise ValueError(
-                f"state_dict drawn should be int64{list(self._drawn.shape)}, "
-                f"but got {drawn.dtype}{list(drawn.shape)}"
-            )
+        drawn = self.guard.check_record(state["drawn"], "state_dict drawn")
         slot_numbers = self._checked_numbers(state.get("numbers"), eviction, generation, live, head)
         # A slot's draw record is -1 or a transition it has held: a number of that slot, not newer
         # (under priority eviction transitions move between slots: any number already given out).
@@ -175,10 +162,8 @@ class ReplayCheckpoint:
         self.sampler.load_state_dict(sampler_state)
         if memory is not None:
             self.memory.commit_state(memory)
-        self._set_draw_record(drawn)
-        self._drawable_seen = self._drawable_seen or bool(live.any())
-        self.dropped_updates = counts["dropped_updates"]
-        self._eviction.load(self.sampler.priorities, slot_numbers)
+        self.guard.load(drawn, counts["dropped_updates"])
+        self.eviction.load(self.sampler.priorities, slot_numbers)
 
     def _checked_numbers(
         self, value: Any, eviction: str, generation: IntArray, live: npt.NDArray[np.bool_], head: int
