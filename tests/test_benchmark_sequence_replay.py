@@ -12,8 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from benchmarks import report
 from benchmarks import sequence_replay as sr
 from benchmarks.replay_step import make_stream
+from tests.test_docs_numbers import marked_blocks, problems
 
 FLASHBAX = os.environ.get("FLASHBAX_PATH")  # a folder holding flashbax and jax, when there is one
 
@@ -48,6 +50,19 @@ def test_quick_run_writes_the_json(tmp_path: Path) -> None:
     assert all(f"| 2^11 | {name} |" in table for name in found)
     assert "| 2^11 | copy floor (7,936 frames, one take) |" in table
     assert not list(tmp_path.glob("sequence_replay_torchrl_*")), "TorchRL's memmap folder is removed"
+    # the section's tables pass the docs' numbers check against this JSON, and follow its numbers
+    json_at = tmp_path / report.TABLES["sequence_replay.libraries"].json
+    json_at.parent.mkdir(parents=True)
+    json_at.write_text(out.read_text())
+    for name in ("sequence_replay.run", "sequence_replay.libraries", "sequence_replay.targets"):
+        text = report.TABLES[name].markdown(results)
+        doc = tmp_path / f"{name}.md"
+        doc.write_text(text + "\n")
+        assert [p for b in marked_blocks(doc) for p in problems(b, root=tmp_path)] == [], name
+    faster = json.loads(out.read_text())
+    for entry in faster["sizes"][0]["libraries"].values():
+        entry["ms_per_batch"] *= 1.37
+    assert sr.libraries_table(faster) != table, "the table follows the JSON's numbers"
 
 
 def test_without_arguments_prints_usage_and_runs_nothing(capsys: pytest.CaptureFixture[str]) -> None:
