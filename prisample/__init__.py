@@ -19,7 +19,7 @@ from prisample.methods import (
     ring_predecessors,
     sequence_priority,
 )
-from prisample.replay import PrioritizedReplay, ReplayMemory
+from prisample.replay import PrioritizedReplay, ReplayMemory, SequenceBatch, SequenceReplay
 from prisample.sampler import Draw, PrioritizedSampler
 from prisample.weights import LinearSchedule, importance_weights
 
@@ -36,6 +36,8 @@ __all__ = [
     "PrioritizedReplay",
     "PrioritizedSampler",
     "ReplayMemory",
+    "SequenceBatch",
+    "SequenceReplay",
     "StalenessBonus",
     "asymmetric_priorities",
     "importance_weights",

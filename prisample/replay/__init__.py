@@ -40,6 +40,12 @@ One job per module:
 ``replay_checkpoint``
     The prioritized replay's ``state_dict``/``load_state_dict``, all or nothing: a part given
     the memory, sampler, guard and eviction strategy.
+``sequence``
+    :class:`SequenceReplay`: prioritized replay of sequence items (R2D2: burn-in, stored
+    recurrent state, one priority per item) over a memory, and :class:`SequenceBatch`.
+``sequence_items``
+    :class:`~prisample.replay.sequence_items.SequenceItems`: which slots form which item, the
+    items' masks and their recurrent-state pool.
 ``eviction``
     The eviction strategies: :class:`~prisample.replay.eviction.FifoEviction` and
     :class:`~prisample.replay.eviction.PriorityEviction` (lowest priority, oldest among equals,
@@ -67,6 +73,7 @@ from prisample.replay.frames import FramePool
 from prisample.replay.memory import STATE_VERSION, CheckedState, Inserted, ReplayMemory
 from prisample.replay.prefetch import Prefetcher
 from prisample.replay.prioritized import REPLAY_STATE_VERSION, PrioritizedReplay
+from prisample.replay.sequence import SequenceBatch, SequenceReplay
 from prisample.replay.vector_env import VectorStepConverter
 
 __all__ = [
@@ -79,5 +86,7 @@ __all__ = [
     "PrioritizedReplay",
     "ReplayBatch",
     "ReplayMemory",
+    "SequenceBatch",
+    "SequenceReplay",
     "VectorStepConverter",
 ]

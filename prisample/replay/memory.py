@@ -21,9 +21,10 @@ slots became drawable (:class:`~prisample.replay.writes.Inserted`), which is wha
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,12 @@ from prisample.replay.nstep import NStepAccumulator
 from prisample.replay.ring import Ring
 from prisample.replay.spec import DTypes, Transitions, TransitionSpec
 from prisample.replay.stores import FrameStore, ObservationStore, check_store, make_store
-from prisample.replay.vector_env import VectorStepConverter, converter_for, rows_of_extras
+from prisample.replay.vector_env import (
+    VectorStepConverter,
+    VectorTransitions,
+    converter_for,
+    rows_of_extras,
+)
 from prisample.replay.writes import Inserted, TransitionWrites, VectorAdd, WriteRequest
 
 __all__ = ["STATE_VERSION", "CheckedState", "DTypes", "Inserted", "ReplayMemory"]
@@ -436,6 +442,26 @@ class ReplayMemory(TransitionWrites):
         if converter is not self.vector_converter:
             self.vector_converter, self._vector_configured = converter, getattr(mode, "value", mode)
         return done, after
+
+    @contextlib.contextmanager
+    def vector_step_rows(
+        self, request: VectorAdd
+    ) -> Iterator[tuple[VectorTransitions, dict[str, npt.NDArray[Any]]]]:
+        """A vector step's rows and their extras as this memory's converter makes them (made at
+        the first call), for an owner that writes them itself (as ``add_many`` rows, with data
+        of its own per row): the converter is restored when the body raises and kept (with its
+        autoreset mode, part of :meth:`state_dict`) when it returns."""
+        mode = request.autoreset_mode
+        converter = converter_for(self.vector_converter, request.reward, mode, self.num_streams)
+        saved = converter.state_dict()
+        rows = converter.step(*request[:7], gamma=request.gamma)
+        try:
+            yield rows, rows_of_extras(request.extras, rows, converter.num_envs)
+        except BaseException:
+            converter.load_state_dict(saved)
+            raise
+        if converter is not self.vector_converter:
+            self.vector_converter, self._vector_configured = converter, getattr(mode, "value", mode)
 
     def _write(self, rows: Transitions) -> Inserted:
         """The one write: ``n`` checked transitions (:class:`~prisample.replay.spec.Transitions`)
