@@ -166,7 +166,7 @@ class Prisample:
     name = "prisample"
 
     def __init__(self, stream: Stream, n: int, td: npt.NDArray[np.float32]) -> None:
-        from prisample.replay import SequenceReplay  # type: ignore[attr-defined,unused-ignore]
+        from prisample.replay import SequenceReplay
 
         self.stream, self.td, self.k, self.cursor = stream, td[:, :, :W], 0, 0
         self.streams = np.arange(STREAMS)
@@ -413,7 +413,7 @@ def available(flashbax_path: str | None) -> tuple[list[str], dict[str, str]]:
     """The libraries this run can measure, and why the others cannot."""
     found, missing = [], {}
     try:
-        from prisample.replay import SequenceReplay  # type: ignore[attr-defined,unused-ignore]  # noqa: F401
+        from prisample.replay import SequenceReplay  # noqa: F401
 
         found.append("prisample")
     except ImportError as error:

@@ -106,10 +106,6 @@ def test_torchrl_window_check_sees_a_wrong_window(tmp_path: Path) -> None:
 
 
 def test_prisample_window_check_sees_a_wrong_window() -> None:
-    import prisample.replay
-
-    if not hasattr(prisample.replay, "SequenceReplay"):
-        pytest.skip("this prisample has no SequenceReplay")
     stream = make_stream(64, seed=5, envs=sr.STREAMS)
     mine = sr.Prisample(stream, 2048, sr.td_errors())
     mine.fill(3000)
