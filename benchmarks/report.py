@@ -36,6 +36,7 @@ PAGE = (
     "imbalanced_mnist.md",
     "lock_overhead.md",
     "replay_step.md",
+    "sequence_replay.md",
     "torchrl_sampler.md",
 )
 """The sections of ``docs/benchmarks.md``, in order."""
@@ -83,6 +84,12 @@ _REPLAY_STEP = (
     "flock /tmp/prisample-heavy.lock env OMP_NUM_THREADS=1 python -m benchmarks.replay_step "
     "--out docs/results/replay_step.json"
 )
+
+_SEQUENCE_REPLAY = (
+    "flock /tmp/prisample-heavy.lock env OMP_NUM_THREADS=1 python -m benchmarks.sequence_replay --full "
+    "--flashbax-path FOLDER --out docs/results/sequence_replay.json"
+)
+_SEQUENCE_JSON = "docs/results/sequence_replay.json"
 
 
 def _results(function: str, *args: Any, unchecked: tuple[str, ...] = ()) -> Table:
@@ -151,6 +158,19 @@ TABLES: dict[str, Table] = {
         "benchmarks.replay_step:targets",
         _REPLAY_STEP,
         unchecked=("against", "target"),  # n_step=3, the bounds
+    ),
+    "sequence_replay.run": Table(_SEQUENCE_JSON, "benchmarks.sequence_replay:run_facts", _SEQUENCE_REPLAY),
+    "sequence_replay.libraries": Table(
+        _SEQUENCE_JSON,
+        "benchmarks.sequence_replay:libraries_table",
+        _SEQUENCE_REPLAY,
+        unchecked=("library", "bytes per stored step"),  # labels with frame counts; resident + disk bytes
+    ),
+    "sequence_replay.targets": Table(
+        _SEQUENCE_JSON,
+        "benchmarks.sequence_replay:targets",
+        _SEQUENCE_REPLAY,
+        unchecked=("target",),  # the bounds
     ),
     "torchrl_sampler.steps": Table(
         "benchmarks/measurements/torchrl_sampler.json",

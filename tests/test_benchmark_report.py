@@ -100,6 +100,10 @@ def test_each_table_is_rendered_from_its_json(name: str, tmp_path: Path) -> None
     """Its numbers are values of the JSON at the precision shown (the numbers check of
     tests/test_docs_numbers.py, on the columns that are not computed), and they follow the JSON."""
     table = report.TABLES[name]
+    if not (ROOT / table.json).is_file():  # a benchmark not run yet: its section names the command
+        page = report.render(RESULTS)
+        assert report.pending(table) in page and name.startswith("sequence_replay."), name
+        return
     data = data_of(table)
     text = table.markdown(data)
     if name == "results.failures":  # no peer failed in the recorded run
