@@ -51,6 +51,8 @@ FULL_N = 1024
 """The capacity of the full memory whose ``add_many`` (with evictions) is counted."""
 
 
+COUNTED = "ATen operations on CPU tensors (TorchDispatchMode); kernels: all but views, allocations"
+
 # Operations that allocate and launch nothing.
 _ALLOCATIONS = (torch.ops.aten.empty, torch.ops.aten.empty_strided, torch.ops.aten.empty_like)
 
@@ -205,7 +207,7 @@ def step_counts(n: int = 10**6, streams: int = 8, batch: int = 32) -> dict[str, 
         "streams": streams,
         "batch": batch,
         "full_n": FULL_N,
-        "counted": "ATen operations on CPU tensors (TorchDispatchMode); kernels: all but views, allocations",
+        "counted": COUNTED,
         "tensor_ops": replay_step_counts(n, streams, batch),
         "fused": replay_step_counts(n, streams, batch, fused=True),
     }
@@ -249,7 +251,9 @@ def sequence_step_counts(
         sample()
         update()  # first calls allocate what later ones reuse
         counts: dict[str, Any] = {"sample": count_ops(sample), "update": count_ops(update)}
-    counts["sample_update"] = {key: counts["sample"][key] + counts["update"][key] for key in ("ops", "kernels")}
+    counts["sample_update"] = {
+        key: counts["sample"][key] + counts["update"][key] for key in ("ops", "kernels")
+    }
     return {"capacity": capacity, "batch": batch, "window": replay.window, **counts}
 
 
@@ -260,7 +264,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.sequence:
         counts = {
-            "counted": "ATen operations on CPU tensors (TorchDispatchMode); kernels: all but views, allocations",
+            "counted": COUNTED,
             "tensor_ops": sequence_step_counts(args.n),
             "fused": sequence_step_counts(args.n, fused=True),
         }

@@ -35,7 +35,9 @@ CONFIGS = {
 }
 
 
-def build(config: str, *, device: bool, capacity: int = 90, streams: int = 3, **kwargs: Any) -> SequenceReplay:
+def build(
+    config: str, *, device: bool, capacity: int = 90, streams: int = 3, **kwargs: Any
+) -> SequenceReplay:
     args: dict[str, Any] = dict(CONFIGS[config])
     obs_shape = args.pop("obs_shape")
     args.update(burn_in=2, length=4, period=3, bootstrap=1, num_streams=streams, seed=0, alpha=0.7)
@@ -155,7 +157,9 @@ def test_device_batches_equal_the_host_gather_of_the_same_items(config: str) -> 
         assert batch.weights is draw.weights and batch.weights.dtype == torch.float32
         td = torch.rand(16, dev.window, dtype=torch.float64, generator=torch.Generator().manual_seed(round_))
         dev.update_from_td(draw.indices, td, batch.learn, generations=batch.generation)
-        host.update_from_td(draw.indices.numpy(), td.numpy(), batch.learn.numpy(), generations=batch.generation.numpy())
+        host.update_from_td(
+            draw.indices.numpy(), td.numpy(), batch.learn.numpy(), generations=batch.generation.numpy()
+        )
         more(f, [host, dev], 7)
         dev.check_valid()  # the device tables equal what the host's index says
     assert dev.num_steps == host.num_steps == 90
@@ -166,9 +170,9 @@ def test_device_batches_equal_the_host_gather_of_the_same_items(config: str) -> 
 def test_probabilities_equal_the_host_samplers(backend: str) -> None:
     host = build("frames", device=False, backend=backend.removeprefix("device_"))
     dev = SequenceReplay(
-        90, (3,), obs_dtype=np.uint8, frame_stack=2, burn_in=2, length=4, period=3, bootstrap=1, num_streams=3,
-        seed=0, alpha=0.7, backend=backend, device="cpu", state=CONFIGS["frames"]["state"],
-        extras=CONFIGS["frames"]["extras"],
+        90, (3,), obs_dtype=np.uint8, frame_stack=2, burn_in=2, length=4, period=3, bootstrap=1,
+        num_streams=3, seed=0, alpha=0.7, backend=backend, device="cpu",
+        state=CONFIGS["frames"]["state"], extras=CONFIGS["frames"]["extras"],
     )  # fmt: skip
     f = feed([host, dev], "frames", 10)
     for round_ in range(10):
@@ -177,6 +181,11 @@ def test_probabilities_equal_the_host_samplers(backend: str) -> None:
         prios = rng.random(12) * 5
         dev.update_priorities(draw.indices, torch.from_numpy(prios), generations=batch.generation)
         host.update_priorities(draw.indices.numpy(), prios, generations=batch.generation.numpy())
+        # the oldest item at the top: new items enter at the maximum of those left once it leaves
+        live = np.flatnonzero(~np.isnan(host.sampler.priorities))
+        oldest = live[np.argmin(host.items.item_gen[live])][None]
+        for replay in (host, dev):
+            replay.update_priorities(oldest, [50.0 + round_], generations=host.items.item_gen[oldest])
         more(f, [host, dev], 5)  # evictions, items at the actor's mix and at the maximum
         np.testing.assert_array_equal(np.isnan(dev.sampler.priorities), np.isnan(host.sampler.priorities))
         items = np.flatnonzero(~np.isnan(host.sampler.priorities))
@@ -185,6 +194,31 @@ def test_probabilities_equal_the_host_samplers(backend: str) -> None:
         np.testing.assert_allclose(p_dev, p_host, rtol=1e-12, atol=0)
         np.testing.assert_allclose(dev.sampler.priorities[items], host.sampler.priorities[items], rtol=1e-12)
     assert dev.dropped_updates == host.dropped_updates
+
+
+def test_a_write_evicting_many_items_keeps_the_host_priorities() -> None:
+    # items at every step: one long write evicts more items than the maximum is read around
+    kwargs: dict[str, Any] = dict(burn_in=0, length=2, period=1, seed=0, alpha=0.8)
+    host = SequenceReplay(600, (1,), **kwargs)
+    dev = SequenceReplay(600, (1,), device="cpu", backend="device_proportional", **kwargs)
+    rng = np.random.default_rng(3)
+    for round_ in range(4):
+        n = 300
+        obs = rng.normal(size=(n, 1)).astype(np.float32)
+        args = (obs, np.zeros(n, np.int64), rng.normal(size=n), np.full(n, 0.9), obs)
+        given = rng.random(n) * 4 if round_ % 2 else None
+        for replay in (host, dev):
+            replay.add_many(*args, streams=np.zeros(n, np.int64), priorities=given)
+        live = np.flatnonzero(~np.isnan(host.sampler.priorities))
+        prios = rng.random(live.shape[0]) * 9
+        for replay in (host, dev):
+            replay.update_priorities(live, prios, generations=host.items.item_gen[live])
+        np.testing.assert_array_equal(np.isnan(dev.sampler.priorities), np.isnan(host.sampler.priorities))
+    items = np.flatnonzero(~np.isnan(host.sampler.priorities))
+    np.testing.assert_allclose(
+        dev.sampler.probabilities(items).numpy(), host.sampler.probabilities(items), rtol=1e-12, atol=0
+    )
+    dev.check_valid()
 
 
 def test_stale_write_backs_are_dropped_and_counted_on_the_device() -> None:
@@ -205,8 +239,12 @@ def test_stale_write_backs_are_dropped_and_counted_on_the_device() -> None:
     after = dev.sampler.priorities
     np.testing.assert_array_equal(after[items[~stale]], 7.5)
     untouched = np.setdiff1d(np.arange(dev.capacity), items[~stale])
-    np.testing.assert_array_equal(np.nan_to_num(after[untouched], nan=-1), np.nan_to_num(before[untouched], nan=-1))
-    np.testing.assert_array_equal(np.nan_to_num(after, nan=-1), np.nan_to_num(host.sampler.priorities, nan=-1))
+    np.testing.assert_array_equal(
+        np.nan_to_num(after[untouched], nan=-1), np.nan_to_num(before[untouched], nan=-1)
+    )
+    np.testing.assert_array_equal(
+        np.nan_to_num(after, nan=-1), np.nan_to_num(host.sampler.priorities, nan=-1)
+    )
     # without generations: the draw record, on the device
     batch, draw = dev.sample(8)
     more(f, [host, dev], 12)
@@ -263,7 +301,7 @@ def test_checkpoints_round_trip_and_go_on_exactly() -> None:
 def test_the_item_table_holds_the_most_items_drawable() -> None:
     # many short episodes: each of min_steps steps holds one item, the worst case of the bound
     dev = SequenceReplay(60, (1,), burn_in=1, length=2, period=3, device="cpu", priorities_on="cpu", seed=0)
-    assert dev.device_steps is not None and dev.device_steps.rows == device_rows(60, 3, 2) == 30
+    assert dev.device_steps is not None and dev.device_steps.rows == device_rows(60, 3, 2)
     for t in range(200):
         dev.add(np.zeros(1, np.float32), 0, 0.0, 0.9, np.zeros(1, np.float32), episode_end=t % 2 == 1)
     assert len(dev) == 30
@@ -274,7 +312,9 @@ def test_a_device_sequence_replay_refuses_what_it_cannot_do() -> None:
     with pytest.raises(ValueError, match="device"):
         SequenceReplay(64, (2,), burn_in=1, length=2, period=2, backend="device_proportional")
     with pytest.raises(ValueError, match="rank"):
-        SequenceReplay(64, (2,), burn_in=1, length=2, period=2, backend="rank", device="cpu", priorities_on="cpu")
+        SequenceReplay(
+            64, (2,), burn_in=1, length=2, period=2, backend="rank", device="cpu", priorities_on="cpu"
+        )
     dev = SequenceReplay(64, (2,), burn_in=1, length=2, period=2, backend="device_proportional", device="cpu")
     with pytest.raises(ValueError, match="no item"):
         dev.sample(4)

@@ -70,6 +70,11 @@ def device_rows(capacity: int, period: int, min_steps: int) -> int:
     return -(-capacity // min(period, min_steps))
 
 
+def _steps_axis(flat: torch.Tensor, b: int, w: int) -> torch.Tensor:
+    """``(B·W, ...)`` as ``(B, W, ...)`` (a view)."""
+    return flat.view(b, w, *flat.shape[1:])
+
+
 def _as_words(array: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
     """``array``'s bytes, zero-padded to a multiple of 8, as int64 words (sent with the indices)."""
     raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
@@ -111,7 +116,9 @@ class SequenceDeviceSteps:
         self.table = torch.zeros((self.rows, w + 2), dtype=torch.int64, device=device)
         """Per row: the window's ``W`` slots, then ``L`` and the generation."""
         self.state: dict[str, torch.Tensor] = {
-            name: torch.zeros((self.rows, *shape), dtype=torch_dtype(dtype, f"state {name!r} dtype"), device=device)
+            name: torch.zeros(
+                (self.rows, *shape), dtype=torch_dtype(dtype, f"state {name!r} dtype"), device=device
+            )
             for name, (shape, dtype) in (items.state or {}).items()
         }
         """Per name, the recurrent state at each row's item start."""
@@ -183,7 +190,7 @@ class SequenceDeviceSteps:
             self.row_of[added_d] = rows_d
             self.live[added_d] = record_d[:, items.window + 1]
             self.table[rows_d] = record_d
-            for words, (name, pool) in zip(sent[6:], self.state.items(), strict=True):
+            for words, pool in zip(sent[6:], self.state.values(), strict=True):
                 shape = pool.shape[1:]
                 nbytes = k * math.prod(shape) * pool.element_size()
                 pool[rows_d] = words.view(torch.uint8)[:nbytes].view(pool.dtype).view(k, *shape)
@@ -265,16 +272,16 @@ class SequenceDeviceSteps:
             state = rows_state[""] if self.single_state else rows_state
         return {
             "obs": self._obs(flat, win[:, w - 1], valid, b),
-            "action": columns["action"].unflatten(0, (b, w)),
-            "reward": columns["reward"].unflatten(0, (b, w)),
-            "discount": columns["discount"].unflatten(0, (b, w)),
+            "action": _steps_axis(columns["action"], b, w),
+            "reward": _steps_axis(columns["reward"], b, w),
+            "discount": _steps_axis(columns["discount"], b, w),
             "valid": valid,
             "learn": learn,
             "state": state,
             "generation": generation,
             "length": lengths,
             "extras": {
-                name: columns[f"extra.{name}"].unflatten(0, (b, w)) for name in self.memory.ring.extra_names
+                name: _steps_axis(columns[f"extra.{name}"], b, w) for name in self.memory.ring.extra_names
             },
         }
 
@@ -298,7 +305,7 @@ class SequenceDeviceSteps:
         step_obs, next_obs = store.mirrors[0].gather(flat), store.mirrors[1].gather(last)
         out = {}
         for key in store.keys:
-            o = step_obs[f"obs.{key}"].unflatten(0, (b, w))
+            o = _steps_axis(step_obs[f"obs.{key}"], b, w)
             final = next_obs[f"next_obs.{key}"][:, None]
             mask = valid_ext.view(b, w + 1, *([1] * (o.dim() - 2)))
             out[key] = torch.where(mask, torch.cat([o, final], dim=1), final)
@@ -383,7 +390,9 @@ class SequenceDeviceSteps:
         if not np.array_equal(live, expected):
             raise ValueError("device tables live should hold the generation of each drawable item")
         if self.drawable != complete.shape[0]:
-            raise ValueError(f"device tables count {self.drawable} drawable items, the index {complete.shape[0]}")
+            raise ValueError(
+                f"device tables count {self.drawable} drawable items, the index {complete.shape[0]}"
+            )
         if not complete.shape[0]:
             return
         rows = self.row_of.cpu().numpy()[complete]
