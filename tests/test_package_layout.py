@@ -127,6 +127,8 @@ def test_top_level_names_unchanged() -> None:
             "PrioritizedReplay",
             "PrioritizedSampler",
             "ReplayMemory",
+            "SequenceBatch",
+            "SequenceReplay",
             "StalenessBonus",
             "asymmetric_priorities",
             "importance_weights",

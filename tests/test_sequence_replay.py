@@ -816,14 +816,23 @@ def test_constructor_errors(kwargs: dict[str, Any], name: str) -> None:
 # -- threads ---------------------------------------------------------------------------------------
 
 
+K_THREADS = 32
+
+
+def drawn_total(replay: SequenceReplay) -> int:
+    """Batches drawn so far (the β schedule's step)."""
+    return int(replay.sampler.step)
+
+
 def test_actor_adds_while_learner_samples() -> None:
     """An actor thread adds (two streams, short episodes) while a learner samples and writes
     back: every batch's items are consistent (obs, actions, states of one stream's consecutive
     steps of one episode), and the index stays valid."""
     replay = SequenceReplay(
-        64, (2,), burn_in=1, length=3, period=2, num_streams=2, state=((1,), np.float32), seed=0
+        16, (2,), burn_in=1, length=3, period=2, num_streams=2, state=((1,), np.float32), seed=0
     )
     errors: list[str] = []
+    finished = threading.Event()
 
     def actor() -> None:
         rng = np.random.default_rng(0)
@@ -833,17 +842,22 @@ def test_actor_adds_while_learner_samples() -> None:
             c = counter[s]
             end = bool(rng.random() < 0.1)
             replay.add(
-                np.array([c, s], np.float32), c, 0.0, 0.9, np.array([c + 1, s], np.float32),
+                np.array([c, s], np.float32), c, 0.0, 0.0 if end else 0.9, np.array([c + 1, s], np.float32),
                 episode_end=end, stream=s, state=np.array([c], np.float32),
             )  # fmt: skip
             counter[s] += 2 if end else 1
+        finished.set()
 
     def learner() -> None:
-        for _ in range(600):
+        drawn = 0
+        while drawn < 400 or not finished.is_set():
             if len(replay) == 0:
                 continue
-            batch, draw = replay.sample(8)
-            for b in range(8):
+            drawn += 1
+            batch, draw = replay.sample(K_THREADS)
+            if not np.array_equal(batch.generation % replay.capacity, draw.indices):
+                errors.append(f"items {draw.indices} hold generations {batch.generation}")
+            for b in range(K_THREADS):
                 n = int(batch.length[b])
                 o = batch.obs[b, :, 0]
                 ok = (
@@ -852,13 +866,15 @@ def test_actor_adds_while_learner_samples() -> None:
                     and np.all(batch.obs[b, :, 1] == batch.obs[b, 0, 1])
                     and np.array_equal(batch.action[b, :n], o[:n].astype(np.int64))
                     and batch.state[b, 0] == o[0]
+                    and (n == replay.window or batch.discount[b, n - 1] == 0.0)  # complete
                 )
                 if not ok:
                     errors.append(f"torn item {draw.indices[b]}: {o}")
-            replay.update_priorities(draw.indices, np.ones(8), generations=batch.generation)
+            replay.update_priorities(draw.indices, np.ones(K_THREADS), generations=batch.generation)
 
     run_threads([actor, learner])
-    assert not errors, errors[:3]
+    assert not errors, f"{len(errors)} torn: {errors[:3]}"
+    assert drawn_total(replay) >= 400
     replay.check_valid()
 
 
