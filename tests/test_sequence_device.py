@@ -5,7 +5,9 @@ in the learner's step, checkpoints round trip, and the step's tensor operations 
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -15,6 +17,10 @@ import torch
 from prisample.replay.sequence import SequenceReplay
 from prisample.replay.sequence_device import device_rows
 from tests.host_sync import HostSyncError, no_host_sync
+
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+"""Where the device path runs: CPU tensors here (the same operations as on CUDA), CUDA as well
+where there is one (the GPU session's ``replay`` stage runs those: ``-k cuda``)."""
 
 FIELDS = ("obs", "action", "reward", "discount", "valid", "learn", "generation", "length")
 
@@ -36,14 +42,14 @@ CONFIGS = {
 
 
 def build(
-    config: str, *, device: bool, capacity: int = 90, streams: int = 3, **kwargs: Any
+    config: str, *, device: str | None, capacity: int = 90, streams: int = 3, **kwargs: Any
 ) -> SequenceReplay:
     args: dict[str, Any] = dict(CONFIGS[config])
     obs_shape = args.pop("obs_shape")
     args.update(burn_in=2, length=4, period=3, bootstrap=1, num_streams=streams, seed=0, alpha=0.7)
     args.update(kwargs)
-    if device:
-        args.update(device="cpu", priorities_on="cpu")
+    if device is not None:
+        args.update(device=device, priorities_on=device)
     return SequenceReplay(capacity, obs_shape, **args)
 
 
@@ -118,7 +124,7 @@ def more(f: Feed, replays: list[SequenceReplay], steps: int) -> None:
 def as_numpy(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: as_numpy(v) for k, v in value.items()}
-    return value.numpy() if isinstance(value, torch.Tensor) else value
+    return value.cpu().numpy() if isinstance(value, torch.Tensor) else value
 
 
 def assert_same(device_value: Any, host_value: Any, name: str) -> None:
@@ -132,8 +138,21 @@ def assert_same(device_value: Any, host_value: Any, name: str) -> None:
     np.testing.assert_array_equal(a, b, err_msg=name)
 
 
+@contextlib.contextmanager
+def _sync_debug(device: str) -> Iterator[None]:
+    """On CUDA, also the driver's own check: a synchronising call raises."""
+    if device != "cuda":
+        yield
+        return
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
 def assert_batch_is_host_gather(batch: Any, draw: Any, host: SequenceReplay) -> None:
-    items = draw.indices.numpy()
+    items = draw.indices.cpu().numpy()
     expected = host.gather(items)
     for name in (*FIELDS, "state"):
         if getattr(expected, name) is None:
@@ -145,9 +164,10 @@ def assert_batch_is_host_gather(batch: Any, draw: Any, host: SequenceReplay) -> 
         assert_same(batch.extras[name], expected.extras[name], name)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("config", sorted(CONFIGS))
-def test_device_batches_equal_the_host_gather_of_the_same_items(config: str) -> None:
-    host, dev = build(config, device=False), build(config, device=True)
+def test_device_batches_equal_the_host_gather_of_the_same_items(config: str, device: str) -> None:
+    host, dev = build(config, device=None), build(config, device=device)
     f = feed([host, dev], config, 10)
     for round_ in range(12):  # the ring wraps several times (capacity 90, 3 streams)
         assert len(dev) == len(host) > 0
@@ -156,9 +176,9 @@ def test_device_batches_equal_the_host_gather_of_the_same_items(config: str) -> 
         assert_batch_is_host_gather(batch, draw, host)
         assert batch.weights is draw.weights and batch.weights.dtype == torch.float32
         td = torch.rand(16, dev.window, dtype=torch.float64, generator=torch.Generator().manual_seed(round_))
-        dev.update_from_td(draw.indices, td, batch.learn, generations=batch.generation)
+        dev.update_from_td(draw.indices, td.to(device), batch.learn, generations=batch.generation)
         host.update_from_td(
-            draw.indices.numpy(), td.numpy(), batch.learn.numpy(), generations=batch.generation.numpy()
+            as_numpy(draw.indices), td.numpy(), as_numpy(batch.learn), generations=as_numpy(batch.generation)
         )
         more(f, [host, dev], 7)
         dev.check_valid()  # the device tables equal what the host's index says
@@ -168,7 +188,7 @@ def test_device_batches_equal_the_host_gather_of_the_same_items(config: str) -> 
 
 @pytest.mark.parametrize("backend", ["device_proportional", "device_uniform"])
 def test_probabilities_equal_the_host_samplers(backend: str) -> None:
-    host = build("frames", device=False, backend=backend.removeprefix("device_"))
+    host = build("frames", device=None, backend=backend.removeprefix("device_"))
     dev = SequenceReplay(
         90, (3,), obs_dtype=np.uint8, frame_stack=2, burn_in=2, length=4, period=3, bootstrap=1,
         num_streams=3, seed=0, alpha=0.7, backend=backend, device="cpu",
@@ -222,7 +242,7 @@ def test_a_write_evicting_many_items_keeps_the_host_priorities() -> None:
 
 
 def test_stale_write_backs_are_dropped_and_counted_on_the_device() -> None:
-    host, dev = build("single_state", device=False), build("single_state", device=True)
+    host, dev = build("single_state", device=None), build("single_state", device="cpu")
     f = feed([host, dev], "single_state", 40)
     batch, draw = dev.sample(32)
     more(f, [host, dev], 12)  # some drawn items left; new ones may start at their slots
@@ -254,24 +274,26 @@ def test_stale_write_backs_are_dropped_and_counted_on_the_device() -> None:
     assert dev.dropped_updates - n == int(stale.sum())
 
 
-def test_the_learner_step_makes_no_host_synchronisation() -> None:
-    dev = build("frames", device=True)
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_learner_step_makes_no_host_synchronisation(device: str) -> None:
+    dev = build("frames", device=device)
     f = feed([dev], "frames", 30)
     batch, draw = dev.sample(8)  # first calls allocate what later ones reuse
-    with no_host_sync():
-        for _ in range(10):
+    for _ in range(10):
+        with no_host_sync(), _sync_debug(device):
             batch, draw = dev.sample(8)
             td = batch.reward.double() - 0.5  # a learner's TD errors, on the device
             dev.update_from_td(draw.indices, td, batch.learn, generations=batch.generation)
             dev.update_priorities(draw.indices, td.abs().amax(dim=1), generations=batch.generation)
-            more(f, [dev], 1)  # the actor's adds: no wait either
+        with no_host_sync():  # the actor's adds: no value read back either (CUDA may wait on copies)
+            more(f, [dev], 1)
     dev.check_valid()
     with no_host_sync(), pytest.raises(HostSyncError):  # the guard sees a read
         _ = dev.dropped_updates
 
 
 def test_checkpoints_round_trip_and_go_on_exactly() -> None:
-    dev = build("frames", device=True)
+    dev = build("frames", device="cpu")
     f = feed([dev], "frames", 45)
     for _ in range(3):
         batch, draw = dev.sample(8)
@@ -279,7 +301,7 @@ def test_checkpoints_round_trip_and_go_on_exactly() -> None:
     more(f, [dev], 6)  # some drawn items stale
     dev.update_priorities(draw.indices, torch.rand(8, dtype=torch.float64), generations=batch.generation)
     state = dev.state_dict(include_memory=True)
-    again = build("frames", device=True)
+    again = build("frames", device="cpu")
     again.load_state_dict(state)
     again.check_valid()
     assert again.dropped_updates == dev.dropped_updates and len(again) == len(dev)
@@ -291,7 +313,7 @@ def test_checkpoints_round_trip_and_go_on_exactly() -> None:
         for name in b1.state:
             assert torch.equal(b1.state[name], b2.state[name])
     # the sampler's format is the host's: a host replay takes the device replay's state
-    host = build("frames", device=False)
+    host = build("frames", device=None)
     host.load_state_dict(state)
     host.check_valid()
     batch, draw = again.sample(8)

@@ -12,15 +12,15 @@ memory's slots (one filled slot per drawable item, at its first step) and a
 What lives on the device, written when items become drawable or leave (a write may be slow; the
 learner's step never waits):
 
-=========================  ============================================================================
-table                      contents
-=========================  ============================================================================
-``row_of`` ``(capacity,)``  per slot, the table row of the drawable item starting there (``-1``: none)
-``live`` ``(capacity,)``    per slot, the generation of the drawable item starting there (``-1``: none)
-``table`` ``(R, W + 2)``    per row: the item's ``W`` window slots (the last valid one repeated), its
-                           number of steps ``L`` and its generation
-``state`` ``(R, *shape)``   per row (and per name): the recurrent state at the item's first step
-=========================  ============================================================================
+============================  ========================================================================
+table                         contents
+============================  ========================================================================
+``row_of`` ``(capacity,)``    per slot, the table row of the drawable item starting there (``-1``: none)
+``live`` ``(capacity,)``      per slot, the generation of the drawable item starting there (``-1``: none)
+``table`` ``(R, W + 2)``      per row: the item's ``W`` window slots (the last valid one repeated), its
+                              number of steps ``L`` and its generation
+``state`` ``(R, *shape)``     per row (and per name): the recurrent state at the item's first step
+============================  ========================================================================
 
 ``R = ⌈capacity / min(period, min_steps)⌉`` rows: drawable items of one episode start ``period``
 steps apart and the last one has at least ``min_steps`` live steps, so an episode holding ``k``
