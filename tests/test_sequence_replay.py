@@ -341,9 +341,12 @@ def test_items_by_hand() -> None:
             assert batch.learn[1].tolist() == [False, True, False]
 
 
-def test_frame_stack_windows() -> None:
+@pytest.mark.parametrize("end_at", [None, 13])
+def test_frame_stack_windows(end_at: int | None) -> None:
     """With ``frame_stack=3`` an item's observations are the stacks added, rebuilt from frames
-    stored once (overlapping items share them): ``(B, W + 1, 3, *frame)``."""
+    stored once (overlapping items share them): ``(B, W + 1, 3, *frame)``; full items come as
+    views of each frame gathered once, padded ones (an episode end) repeat the last
+    ``next_obs``."""
     replay = SequenceReplay(
         40, (2,), frame_stack=3, burn_in=2, length=3, period=2, obs_dtype=np.uint8, seed=0
     )
@@ -352,16 +355,19 @@ def test_frame_stack_windows() -> None:
     def stack(t: int) -> np.ndarray:
         return np.stack([frames[max(t - 2 + j, 0)] for j in range(3)])
 
-    for t in range(20):
-        replay.add(stack(t), 0, 0.0, 0.9, stack(t + 1))
+    for t in range(20 if end_at is None else end_at + 1):
+        replay.add(stack(t), 0, 0.0, 0.9, stack(t + 1), episode_end=t == end_at)
     assert replay.memory.num_frames <= 20 + 3 + 1  # each frame once
     slots = np.flatnonzero(~np.isnan(replay.sampler.priorities))
     with replay.lock:
         batch = replay.gather(slots)
     assert batch.obs.shape == (slots.shape[0], 6, 3, 2)
     for b, start in enumerate(batch.generation.tolist()):
+        n = int(batch.length[b])
         for j in range(6):
-            np.testing.assert_array_equal(batch.obs[b, j], stack(start + j))
+            np.testing.assert_array_equal(batch.obs[b, j], stack(start + min(j, n)))
+    if end_at is None:
+        assert not batch.obs.flags.writeable and batch.obs.base is not None  # the shared-frame view
 
 
 def fill(replay: SequenceReplay, steps: int, streams: int = 1, seed: int = 0) -> None:

@@ -80,7 +80,8 @@ class SequenceBatch(BatchMapping):
     """``(B, W + 1, *obs_shape)`` (``(B, W + 1, frame_stack, *obs_shape)`` with frame stacks;
     dicts of such arrays for dict observations): index ``j`` is ``s_{t+j}``, index ``W`` the last
     step's ``next_obs``; past an item's end the last valid one (its last step's ``next_obs``)
-    repeats."""
+    repeats.  With frame stacks it may be a read-only view of one array holding each frame of
+    the window once (stacks overlap): write to a copy."""
     action: Any
     """``(B, W, *action_shape)``."""
     reward: Any
@@ -611,8 +612,17 @@ class SequenceReplay:
         if isinstance(store, FrameStore):
             pool = store.pool
             assert pool is not None
+            stack = self.memory.frame_stack
+            if stack > 1:  # each frame gathered once, the stacks overlapping views of it
+                rows = self.items.shifted_rows(store.obs_rows, store.next_rows, win, lengths)
+                if rows is not None:
+                    frames = pool.gather(rows)
+                    step = frames.strides[1]
+                    shape = (win.shape[0], win.shape[1] + 1, stack, *frames.shape[2:])
+                    strides = (frames.strides[0], step, step, *frames.strides[2:])
+                    return np.lib.stride_tricks.as_strided(frames, shape, strides, writeable=False)
             frames = pool.gather(self.items.frame_rows(store.obs_rows, store.next_rows, win, lengths))
-            return frames[:, :, 0] if self.memory.frame_stack == 1 else frames
+            return frames[:, :, 0] if stack == 1 else frames
         b = np.arange(win.shape[0])
         last = win[b, lengths - 1]
         pad_b, pad_j = np.nonzero(~valid)

@@ -291,6 +291,31 @@ def _frame_rows(
     return rows
 
 
+@numba.njit(cache=True)
+def _shifted_rows(
+    obs_rows: np.ndarray, next_rows: np.ndarray, win: np.ndarray, lengths: np.ndarray
+) -> tuple[np.ndarray, bool]:
+    """``(k, W + frame_stack)`` frame rows of the items' observations when every item has ``W``
+    steps whose stacks each move the previous one on by one frame (an episode's steps, frames
+    shared): the stack of ``s_{t+j}`` is rows ``j .. j + frame_stack``.  ``False`` otherwise."""
+    k, window = win.shape
+    stack = obs_rows.shape[1]
+    rows = np.empty((k, window + stack), dtype=np.int64)
+    for b in range(k):
+        if lengths[b] != window:
+            return rows, False
+        first = win[b, 0]
+        for f in range(stack):
+            rows[b, f] = obs_rows[first, f]
+        for j in range(1, window + 1):
+            here = next_rows[win[b, window - 1]] if j == window else obs_rows[win[b, j]]
+            for f in range(stack - 1):
+                if here[f] != rows[b, j + f]:
+                    return rows, False
+            rows[b, j + stack - 1] = here[stack - 1]
+    return rows, True
+
+
 _SLOT_ARRAYS = {
     "next_slot": np.int64,
     "status": np.int8,
@@ -531,6 +556,14 @@ class SequenceItems:
         """``(k, W + 1, frame_stack)`` frame-pool rows of the items' observations (compiled): the
         steps' ``obs`` stacks, then the last step's ``next_obs`` stack repeated."""
         return np.asarray(_frame_rows(obs_rows, next_rows, win, lengths))
+
+    def shifted_rows(
+        self, obs_rows: npt.NDArray[Any], next_rows: npt.NDArray[Any], win: IntArray, lengths: IntArray
+    ) -> IntArray | None:
+        """``(k, W + frame_stack)`` frame rows holding each item's frames once, when every item
+        is full and its stacks move on by one frame each step (compiled); ``None`` otherwise."""
+        rows, ok = _shifted_rows(obs_rows, next_rows, win, lengths)
+        return np.asarray(rows) if ok else None
 
     def states(self, items: IntArray) -> dict[str, npt.NDArray[Any]]:
         """The recurrent state stored at each item's start: name -> ``(k, *shape)``."""
