@@ -4,7 +4,8 @@
 #   bash benchmarks/gpu_session.sh smoke   # ~3 min: GPU tests, update timings, short loop and sweep probes
 #   bash benchmarks/gpu_session.sh final   # ~4 min: GPU tests, loop benchmark vs CleanRL
 #   bash benchmarks/gpu_session.sh sweep   # ~7 min: the Atari 100k sweep (300 s of training)
-#   bash benchmarks/gpu_session.sh replay  # ~6 min: the replay on the device, and its share of the DQN loop
+#   bash benchmarks/gpu_session.sh replay  # ~6 min: the replay on the device, the sequence replay's device
+#                                          #   tests on CUDA, and the replay's share of the DQN loop
 #   bash benchmarks/gpu_session.sh apex    # at most 7.5 min: Ape-X's learner on the GPU, actors on the CPU cores
 #                                          #   (the scaling study): 1, 2, 4, 8, 14 actors; needs ray (gpu_wheels.sh ray)
 #   bash benchmarks/gpu_session.sh device  # at most 7.5 min (limits 60+120+60+200 s): priorities on the device:
@@ -91,6 +92,9 @@ fi
 
 if [ "$stage" = replay ]; then
   step replay_device 200 all python3 -m benchmarks.replay_device --out "$OUT/replay_device.json"
+  # the sequence replay drawn and gathered on CUDA: batches equal the host's, no synchronisation
+  step sequence_device_tests 40 20 python3 -m pytest tests/test_sequence_device.py -k cuda -q -rfE --tb=short \
+    -p no:cacheprovider
   step atari_loop_gpu 200 6 python3 -m benchmarks.atari_loop_gpu --updates 2000 --cleanrl_seconds 0 \
     --out "$OUT/atari_loop_gpu.json" --loop_out "$OUT/atari_loop_cuda.json"
   log done

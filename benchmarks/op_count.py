@@ -14,7 +14,13 @@ same), a prioritized replay with its priorities on the device (the
 step of ``streams`` environments, in a memory not yet full and in a full one (whose add also
 evicts).
 
-Usage: ``python -m benchmarks.op_count --n 1000000`` prints the counts as JSON.
+:func:`sequence_step_counts` counts the same for a sequence replay with its priorities on the
+device (:class:`~prisample.replay.SequenceReplay`, R2D2's item shape: ``burn_in`` 40, ``length``
+80, ``period`` 40, frame stacks of 4, a recurrent state): one ``sample(64)`` and one
+``update_from_td(64)`` of that draw (the R2D2 mix over the learn steps, generations checked).
+
+Usage: ``python -m benchmarks.op_count --n 1000000`` prints the counts as JSON
+(``--sequence``: the sequence replay's).
 """
 
 from __future__ import annotations
@@ -31,11 +37,21 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["FULL_N", "OpCounter", "count_ops", "kernels_as_launches", "replay_step_counts", "step_counts"]
+__all__ = [
+    "FULL_N",
+    "OpCounter",
+    "count_ops",
+    "kernels_as_launches",
+    "replay_step_counts",
+    "sequence_step_counts",
+    "step_counts",
+]
 
 FULL_N = 1024
 """The capacity of the full memory whose ``add_many`` (with evictions) is counted."""
 
+
+COUNTED = "ATen operations on CPU tensors (TorchDispatchMode); kernels: all but views, allocations"
 
 # Operations that allocate and launch nothing.
 _ALLOCATIONS = (torch.ops.aten.empty, torch.ops.aten.empty_strided, torch.ops.aten.empty_like)
@@ -191,17 +207,69 @@ def step_counts(n: int = 10**6, streams: int = 8, batch: int = 32) -> dict[str, 
         "streams": streams,
         "batch": batch,
         "full_n": FULL_N,
-        "counted": "ATen operations on CPU tensors (TorchDispatchMode); kernels: all but views, allocations",
+        "counted": COUNTED,
         "tensor_ops": replay_step_counts(n, streams, batch),
         "fused": replay_step_counts(n, streams, batch, fused=True),
     }
 
 
+def sequence_step_counts(
+    capacity: int = 10**6, batch: int = 64, streams: int = 8, *, fused: bool = False
+) -> dict[str, Any]:
+    """Operations of a device sequence replay's learner step at ``capacity`` on CPU tensors
+    (frames ``8 × 8``, stacks of 4, an LSTM-like state of two ``(16,)`` arrays; items of 40 + 80
+    steps every 40): ``sample`` (``batch`` items), ``update`` (``update_from_td`` of that draw) and
+    their sum ``sample_update``, each kernel of the fused path counted as one launch."""
+    from prisample.replay import SequenceReplay  # the benchmark's subject, imported when run
+
+    replay = SequenceReplay(
+        capacity, (8, 8), frame_stack=4, obs_dtype=np.uint8, num_streams=streams, device="cpu",
+        backend="device_proportional", seed=0, state={"h": ((16,), np.float32), "c": ((16,), np.float32)},
+    )  # fmt: skip
+    assert replay.device_steps is not None
+    replay.device_steps.sampler.tree.fused = fused
+    rng = np.random.default_rng(0)
+    last = rng.integers(0, 255, (streams, 4, 8, 8), dtype=np.uint8)
+    state = {"h": np.zeros((streams, 16), np.float32), "c": np.zeros((streams, 16), np.float32)}
+    with warnings.catch_warnings(), kernels_as_launches() if fused else contextlib.nullcontext():
+        warnings.simplefilter("ignore")
+        for _ in range(3 * replay.window):  # items complete on every stream
+            nxt = np.concatenate([last[:, 1:], rng.integers(0, 255, (streams, 1, 8, 8), dtype=np.uint8)], 1)
+            replay.add_many(last, np.arange(streams), rng.normal(size=streams), np.full(streams, 0.99), nxt,
+                            state=state)  # fmt: skip
+            last = nxt
+        drawn: list[Any] = []
+        td = torch.rand(batch, replay.window, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+
+        def sample() -> None:
+            drawn[:] = replay.sample(batch)
+
+        def update() -> None:
+            batch_, draw = drawn
+            replay.update_from_td(draw.indices, td, batch_.learn, generations=batch_.generation)
+
+        sample()
+        update()  # first calls allocate what later ones reuse
+        counts: dict[str, Any] = {"sample": count_ops(sample), "update": count_ops(update)}
+    counts["sample_update"] = {
+        key: counts["sample"][key] + counts["update"][key] for key in ("ops", "kernels")
+    }
+    return {"capacity": capacity, "batch": batch, "window": replay.window, **counts}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--n", type=int, default=10**6, help="the memory's capacity")
+    parser.add_argument("--sequence", action="store_true", help="count the device sequence replay's step")
     args = parser.parse_args(argv)
-    counts = step_counts(args.n)
+    if args.sequence:
+        counts = {
+            "counted": COUNTED,
+            "tensor_ops": sequence_step_counts(args.n),
+            "fused": sequence_step_counts(args.n, fused=True),
+        }
+    else:
+        counts = step_counts(args.n)
     print(json.dumps(counts))
     return counts
 

@@ -31,7 +31,6 @@ from prisample._validation import (
     short_repr,
     to_numpy,
 )
-from prisample.backends import sampler_choice
 from prisample.device_sampler import DevicePrioritizedSampler
 from prisample.methods._checks import unit
 from prisample.methods.sequence import sequence_priority
@@ -40,7 +39,8 @@ from prisample.replay.batch import BatchMapping, Obs
 from prisample.replay.device import as_device
 from prisample.replay.memory import ReplayMemory
 from prisample.replay.prefetch import Prefetcher
-from prisample.replay.replay_parts import _check_given_sampler
+from prisample.replay.replay_parts import _check_given_sampler, _sampler_place
+from prisample.replay.sequence_device import SequenceDeviceSteps
 from prisample.replay.sequence_items import (
     COMPLETE,
     SequenceItems,
@@ -48,7 +48,7 @@ from prisample.replay.sequence_items import (
     state_spec,
 )
 from prisample.replay.stores import FrameStore
-from prisample.replay.write_back import HostWriteBackGuard
+from prisample.replay.write_back import DeviceWriteBackGuard, HostWriteBackGuard, WriteBackGuard
 from prisample.replay.writes import AddRequest, Inserted, VectorAdd, host
 from prisample.sampler import Draw
 from prisample.slot_sampler import SlotSampler, make_sampler
@@ -162,8 +162,15 @@ class SequenceReplay:
     Streams may interleave in the ring in any order (vector envs, actor threads).
 
     **Device.** ``device=None`` returns numpy batches; with a torch ``device`` the batch is
-    gathered on the host and sent there (tensors).  The priorities stay on the host
-    (``priorities_on`` must be ``None``).
+    gathered on the host and sent there (tensors).  With ``priorities_on=device`` too (or
+    ``backend="device_proportional"`` / ``"device_uniform"``) the priorities live in a
+    :class:`~prisample.device_sampler.DevicePrioritizedSampler` there, the memory is mirrored
+    there, and ``sample`` draws and gathers on the device with no host synchronisation (the
+    item windows, lengths and states are sent to tables there as items complete:
+    :mod:`prisample.replay.sequence_device`); ``draw`` is then a
+    :class:`~prisample.device_sampler.DeviceDraw`, and updates of its indices (with
+    ``generations=batch.generation``) are checked and written there (stale entries counted
+    there), :meth:`update_from_td` mixing in tensor operations.  Adds may wait for the device.
 
     ``sampler=`` a ready, empty :class:`~prisample.slot_sampler.SlotSampler` of ``capacity``
     slots (host) replaces ``alpha``, ``beta``, ``eps``, ``backend``, ``weight_norm`` and ``seed``.
@@ -242,23 +249,15 @@ class SequenceReplay:
         sampler_args: dict[str, Any] = {"alpha": alpha, "beta": beta, "eps": eps, "backend": backend}
         sampler_args |= {"weight_norm": weight_norm, "seed": seed, "priorities_on": priorities_on}
         if sampler is not None:
-            if isinstance(sampler, DevicePrioritizedSampler):
-                raise ValueError(
-                    "sampler should keep its priorities on the host (a sequence replay draws there), "
-                    f"but got a DevicePrioritizedSampler on {sampler.device}"
-                )
-            _check_given_sampler(sampler, capacity, None, "fifo", sampler_args)
+            _check_given_sampler(sampler, capacity, self.device, "fifo", sampler_args)
+            on_device = isinstance(sampler, DevicePrioritizedSampler)
         else:
-            name, on_device = sampler_choice(backend, priorities_on)
-            if on_device:
-                raise ValueError(
-                    f"a sequence replay keeps its priorities on the host: priorities_on should be None "
-                    f"and backend a host backend, but got backend={backend!r}, "
-                    f"priorities_on={short_repr(priorities_on)}"
-                )
+            name, sampler_device = _sampler_place(backend, priorities_on, self.device, "fifo")
+            on_device = sampler_device is not None
             sampler = make_sampler(
                 capacity,
                 backend=name,
+                device=sampler_device,
                 alpha=alpha,
                 beta=beta,
                 eps=eps,
@@ -276,12 +275,23 @@ class SequenceReplay:
             num_streams=num_streams,
             frame_capacity=frame_capacity,
             extras=extras,
+            device=self.device if on_device else None,
         )
-        """The steps (:class:`~prisample.replay.memory.ReplayMemory`, ``n_step = 1``, on the host)."""
+        """The steps (:class:`~prisample.replay.memory.ReplayMemory`, ``n_step = 1``; mirrored
+        on the device with the priorities there)."""
         self.sampler: SlotSampler = sampler
         """One priority per drawable item, over the memory's slots."""
-        self.guard = HostWriteBackGuard(capacity)
+        self.guard: WriteBackGuard = HostWriteBackGuard(capacity)
         """The draw record and the count of stale write-backs dropped."""
+        self.device_steps: SequenceDeviceSteps | None = None
+        """With the priorities on the device: draws, gathers and updates there
+        (:class:`~prisample.replay.sequence_device.SequenceDeviceSteps`); ``None`` on the host."""
+        if isinstance(sampler, DevicePrioritizedSampler):
+            guard = DeviceWriteBackGuard(capacity, sampler.device)
+            self.guard = guard
+            self.device_steps = SequenceDeviceSteps(
+                self.memory, self.items, sampler, guard, eta=self.eta, single_state=self._single_state
+            )
 
     # -- properties -------------------------------------------------------------------------------
     @property
@@ -350,7 +360,8 @@ class SequenceReplay:
     def nbytes(self) -> int:
         """Bytes held by the memory, the item index and state pool, the sampler and the draw record."""
         with self.lock:
-            return self.memory.nbytes + self.items.nbytes + self.sampler.nbytes + self.guard.nbytes
+            device = 0 if self.device_steps is None else self.device_steps.nbytes
+            return self.memory.nbytes + self.items.nbytes + self.sampler.nbytes + self.guard.nbytes + device
 
     # -- writes -----------------------------------------------------------------------------------
     def add(
@@ -534,6 +545,9 @@ class SequenceReplay:
                 states=states,
                 priorities=priorities,
             )
+            if self.device_steps is not None:
+                self.device_steps.admit(changes)
+                return done
             if changes.removed.shape[0]:
                 self.sampler.remove(changes.removed)
             if changes.added.shape[0]:
@@ -548,6 +562,9 @@ class SequenceReplay:
         there, like ``batch.weights``).  Atomic under threads: no add lands between the draw and
         the gather.  ``ValueError`` while no item is drawable."""
         k = check_positive_int(k, "k")
+        if self.device_steps is not None:  # drawn and gathered on the device, no host wait
+            fields, device_draw = self.device_steps.sample(k)
+            return SequenceBatch(**fields), cast(Any, device_draw)
         with self.lock:
             if self.sampler.size == 0:
                 raise ValueError(
@@ -648,7 +665,11 @@ class SequenceReplay:
         else the draw record) is dropped and counted in :attr:`dropped_updates`.  Numpy arrays,
         lists and torch tensors (any device) are taken.  An index out of range or where no item
         ever started, or a priority not finite and ``>= 0``, raises ``ValueError`` naming it and
-        nothing changes."""
+        nothing changes.  With the priorities on the device, indices on the device (a draw's)
+        are trusted and checked there, with no host synchronisation."""
+        if self.device_steps is not None and self.device_steps.takes(indices):
+            self.device_steps.update(cast(torch.Tensor, indices), priorities, generations)
+            return
         idx = as_indices(indices, "indices")
         values = as_priorities(priorities, idx.shape[0])
         expected = None if generations is None else as_indices(generations, "generations")
@@ -684,7 +705,12 @@ class SequenceReplay:
         """Write back the R2D2 priority of each drawn item, ``p = η·max_t|δ_t| + (1 − η)·mean_t|δ_t|``
         over its ``learn`` steps (Kapturowski et al. 2019; :func:`prisample.methods.sequence_priority`):
         ``td_errors`` and ``learn`` of shape ``(B, W)`` (``batch.learn``), ``eta`` the replay's
-        unless given; then :meth:`update_priorities`."""
+        unless given; then :meth:`update_priorities` (on the device, for a draw's indices there:
+        the mix in tensor operations)."""
+        if self.device_steps is not None and self.device_steps.takes(indices):
+            mix = self.eta if eta is None else unit(eta, "eta")
+            self.device_steps.update_from_td(cast(torch.Tensor, indices), td_errors, learn, mix, generations)
+            return
         values = sequence_priority(td_errors, self.eta if eta is None else eta, mask=to_numpy(learn, "learn"))
         self.update_priorities(indices, values, generations=generations)
 
@@ -810,6 +836,8 @@ class SequenceReplay:
                 self.memory.commit_state(memory)
             self.items.commit_state(items)
             self.guard.load(drawn, counts["dropped_updates"])
+            if self.device_steps is not None:
+                self.device_steps.rebuild()
 
     def check_valid(self) -> None:
         """Raise ``ValueError`` naming the first broken invariant: the memory's, the item
@@ -824,6 +852,8 @@ class SequenceReplay:
             filled = ~np.isnan(self.sampler.priorities)
             if not np.array_equal(filled, self.items.status == COMPLETE):
                 raise ValueError("sampler should be filled exactly at the complete items")
+            if self.device_steps is not None:
+                self.device_steps.check()
 
 
 def _leading(value: Any) -> int:

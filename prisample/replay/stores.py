@@ -486,6 +486,12 @@ class FrameStore(ObservationStore):
             return both[:, 0, 0], both[:, 1, 0]
         return both[:, 0], both[:, 1]
 
+    def tables_on_device(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The row tables ``obs_rows`` and ``next_rows`` at ``slots`` (int64 on the device), each
+        ``(k, frame_stack)`` int32, from their device mirror (brought up to date by
+        :meth:`stage_on_device`)."""
+        return self._tables.gather(slots)
+
     def swap(self, both: IntArray, back: IntArray) -> None:
         for table in (self.obs_rows, self.next_rows):
             table[both] = table[back]
