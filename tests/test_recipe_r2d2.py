@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -40,7 +41,7 @@ def test_value_rescaling_and_its_inverse_are_exact() -> None:
 # -- n-step targets -------------------------------------------------------------------------------------
 
 
-def naive_targets(reward, discount, valid, bootstrap, n, eps):  # type: ignore[no-untyped-def]
+def naive_targets(reward: Any, discount: Any, valid: Any, bootstrap: Any, n: int, eps: float | None) -> Any:
     """Y_j step by step: sum up to n valid rewards inside the window, bootstrap after them."""
     batch, window = reward.shape
     out = np.zeros((batch, window))
@@ -87,14 +88,16 @@ def test_double_q_bootstrap_takes_the_target_value_of_the_online_argmax() -> Non
 def fake_batch(state: dict[str, np.ndarray] | None, burn_in: int, length: int) -> SimpleNamespace:
     rng = np.random.default_rng(1)
     batch, window = 3, burn_in + length
-    learn = np.zeros((batch, window), bool)
-    learn[:, burn_in:] = True
+    valid = np.ones((batch, window), bool)
+    valid[2, burn_in + 2 :] = False  # the last item ends 2 steps after its burn-in (padded)
+    learn = valid.copy()
+    learn[:, :burn_in] = False
     return SimpleNamespace(
         obs=rng.normal(size=(batch, window + 1, 2)).astype(np.float32),
         action=rng.integers(0, 2, (batch, window)),
         reward=rng.normal(size=(batch, window)).astype(np.float32),
         discount=np.full((batch, window), 0.9, np.float32),
-        valid=np.ones((batch, window), bool),
+        valid=valid,
         learn=learn,
         state=state,
         weights=np.ones(batch, np.float32),
@@ -106,7 +109,7 @@ class Recording(agent.RecurrentQNetwork):
 
     def __init__(self) -> None:
         super().__init__((2,), 2, "mlp", 8, 4)
-        self.starts: list[tuple[int, torch.Tensor]] = []
+        self.starts: list[tuple[int, Any]] = []
 
     def forward(self, obs, state):  # type: ignore[no-untyped-def]
         self.starts.append((obs.shape[1], state[0].clone()))
@@ -140,7 +143,8 @@ def test_the_learner_starts_both_lstms_from_the_batch_state_and_burns_in() -> No
         q, torch.from_numpy(batch.obs[:, :3]), (torch.from_numpy(h), torch.from_numpy(-h))
     )
     torch.testing.assert_close(after_start, warmed[0])
-    assert torch.all(out.td[:, :3] == 0) and torch.all(out.td[:, 3:] != 0)
+    learn = torch.from_numpy(batch.learn)
+    assert torch.all(out.td[~learn] == 0) and torch.all(out.td[learn] != 0)  # padded steps: no error
     # the state matters: another stored state changes the loss
     other = loss_of(q, q_target, fake_batch({"h": -h, "c": h}, 3, 4), 3, stored=True)
     assert float(other.loss.detach()) != float(out.loss.detach())

@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -48,7 +48,7 @@ class MaskedCartPole(gym.ObservationWrapper[np.ndarray, int, np.ndarray]):
 class TMaze(gym.Env[np.ndarray, int]):
     """Bakker's T-maze with a corridor of ``length`` cells (see the module)."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012  # gymnasium declares it so
 
     def __init__(self, length: int = 10, max_steps: int | None = None) -> None:
         if not isinstance(length, int) or length < 1:
@@ -60,7 +60,7 @@ class TMaze(gym.Env[np.ndarray, int]):
         self.length = length
         self.max_steps = 4 * (length + 1) if max_steps is None else max_steps
         self.observation_space = gym.spaces.Box(0.0, 1.0, (3,), np.float32)
-        self.action_space = gym.spaces.Discrete(4)
+        self.action_space = gym.spaces.Discrete(4)  # type: ignore[assignment]
         self.position, self.cue_up, self.steps = 0, True, 0
 
     def _obs(self) -> np.ndarray:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -29,13 +30,31 @@ from recipes.r2d2.envs import make_task
 __all__ = ["evaluate", "main", "make_replay", "train"]
 
 
-def make_replay(cfg: R2D2Config, obs_shape: tuple[int, ...], obs_dtype: Any) -> SequenceReplay:
+def make_envs(cfg: R2D2Config, num_envs: int) -> tuple[Any, tuple[int, ...], int, int, Any]:
+    """``(vector env, observation shape, actions, frame stack, stored dtype)``: a CPU task with
+    same-step autoreset (``recipes/r2d2/envs.py``), or an ``ALE/`` game through the Double DQN
+    recipe's Atari env (stacks of 4 frames of 84×84, next-step autoreset)."""
+    if cfg.task.startswith("ALE/"):
+        from recipes.dqn.envs import make_env
+
+        env, spec = make_env(cfg.task, num_envs)
+        return env, spec.obs_shape, spec.num_actions, spec.frame_stack, spec.obs_dtype
+    env = make_task(cfg.task, num_envs, cfg.task_options)
+    shape = tuple(env.single_observation_space.shape or ())
+    return env, shape, int(env.single_action_space.n), 1, np.float32  # type: ignore[attr-defined]
+
+
+def make_replay(
+    cfg: R2D2Config, obs_shape: tuple[int, ...], obs_dtype: Any, frame_stack: int = 1
+) -> SequenceReplay:
     """The arm's replay: items of ``burn_in + length`` steps every ``period``; the LSTM's ``(h, c)``
-    stored at item starts only for the stored-state arm; proportional or uniform sampling."""
+    stored at item starts only for the stored-state arm; proportional or uniform sampling; frames
+    stored once with ``frame_stack > 1`` (overlapping items share them)."""
     state = {"h": ((cfg.lstm_size,), np.float32), "c": ((cfg.lstm_size,), np.float32)}
     return SequenceReplay(
         cfg.capacity,
-        obs_shape,
+        obs_shape[1:] if frame_stack > 1 else obs_shape,
+        frame_stack=frame_stack,
         burn_in=cfg.burn_in,
         length=cfg.length,
         period=cfg.period,
@@ -59,8 +78,8 @@ def _greedy_or_random(q_values: torch.Tensor, eps: np.ndarray, rng: np.random.Ge
 def evaluate(q: RecurrentQNetwork, cfg: R2D2Config, seed: int, device: torch.device) -> float:
     """Mean return of ``eval_episodes`` greedy episodes (one per environment copy, run together;
     each copy's first episode counts)."""
-    env = make_task(cfg.task, cfg.eval_episodes, cfg.task_options)
-    obs, _ = env.reset(seed=[seed + i for i in range(cfg.eval_episodes)])
+    env = make_envs(cfg, cfg.eval_episodes)[0]
+    obs, _ = env.reset(seed=seed)  # copies seeded seed, seed + 1, …
     state = q.initial_state(cfg.eval_episodes, device)
     returns = np.zeros(cfg.eval_episodes)
     running = np.ones(cfg.eval_episodes, dtype=bool)
@@ -79,14 +98,15 @@ def train(cfg: R2D2Config) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     device = torch.device(cfg.device)
-    env = make_task(cfg.task, cfg.num_envs, cfg.task_options)
-    obs, _ = env.reset(seed=[cfg.seed * 1000 + i for i in range(cfg.num_envs)])
-    obs_shape = tuple(env.single_observation_space.shape or ())
-    num_actions = int(env.single_action_space.n)  # type: ignore[attr-defined]
-    q = RecurrentQNetwork(obs_shape, num_actions, "mlp", cfg.torso_size, cfg.lstm_size).to(device)
+    env, obs_shape, num_actions, frame_stack, obs_dtype = make_envs(cfg, cfg.num_envs)
+    atari = frame_stack > 1
+    obs, _ = env.reset(seed=cfg.seed * 1000)  # copies seeded 1000·seed + i
+    torso = "nature_cnn" if atari else "mlp"
+    q = RecurrentQNetwork(obs_shape, num_actions, torso, cfg.torso_size, cfg.lstm_size).to(device)
     q_target = copy.deepcopy(q)
     optimizer = torch.optim.Adam(q.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
-    replay = make_replay(cfg, obs_shape, np.float32)
+    replay = make_replay(cfg, obs_shape, obs_dtype, frame_stack)
+    reset = np.zeros(cfg.num_envs, dtype=bool)  # next-step autoreset: the env resets at this step
     eps = epsilons(cfg.num_envs)
     streams = np.arange(cfg.num_envs)
     state = q.initial_state(cfg.num_envs, device)
@@ -99,15 +119,23 @@ def train(cfg: R2D2Config) -> dict[str, Any]:
         action = _greedy_or_random(values[:, 0], eps, rng)
         next_obs, reward, terminated, truncated, infos = env.step(action)
         done = terminated | truncated
-        final = next_obs.copy()
-        if done.any():
-            final[done] = np.stack([infos["final_obs"][i] for i in np.flatnonzero(done)])
         stored = {"h": state[0].cpu().numpy(), "c": state[1].cpu().numpy()} if cfg.stored_state else None
-        replay.add_many(
-            obs, action, reward, cfg.gamma * (1.0 - terminated), final,
-            episode_end=done, streams=streams, state=stored,
-        )  # fmt: skip
-        keep = torch.as_tensor(~done, device=device, dtype=torch.float32).unsqueeze(1)
+        if atari:  # the memory's converter skips the rows of envs that only reset
+            replay.add_vector_step(
+                obs, action, reward, terminated, truncated, next_obs, infos, cfg.gamma, state=stored,
+                autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+            )  # fmt: skip
+            new_episode, reset = reset, done
+        else:
+            final = next_obs.copy()
+            if done.any():
+                final[done] = np.stack([infos["final_obs"][i] for i in np.flatnonzero(done)])
+            replay.add_many(
+                obs, action, reward, cfg.gamma * (1.0 - terminated), final,
+                episode_end=done, streams=streams, state=stored,
+            )  # fmt: skip
+            new_episode = done
+        keep = torch.as_tensor(~new_episode, device=device, dtype=torch.float32).unsqueeze(1)
         state = (next_state[0] * keep, next_state[1] * keep)  # a new episode starts from zeros
         obs = next_obs
         if step >= cfg.learning_starts and len(replay) > 0 and step % cfg.update_every < cfg.num_envs:
@@ -119,7 +147,7 @@ def train(cfg: R2D2Config) -> dict[str, Any]:
                     stored_state=cfg.stored_state, device=device,
                 )  # fmt: skip
                 optimizer.zero_grad()
-                out.loss.backward()  # 5.
+                out.loss.backward()  # type: ignore[no-untyped-call]  # 5.
                 torch.nn.utils.clip_grad_norm_(q.parameters(), cfg.max_grad_norm)
                 optimizer.step()
                 if cfg.replay != "uniform":  # 6.
