@@ -13,7 +13,7 @@ code instead of a Python call per piece:
 3. the per-transition columns (action, reward, discount, generation ``head + i``);
 4. the sampler's side: the evicted slots leave the sum tree, the new slots enter at the maximum
    priority of the memory they join (1 if empty), in the order
-   :meth:`~prisample.replay.PrioritizedReplay._enter` writes them (the first row's evictions,
+   :meth:`~prisample.replay.steps.HostSteps.enter` writes them (the first row's evictions,
    then the maximum read, then the rest of the write; row by row when the write evicted one of its
    own rows).  The tree's nodes are recomputed from their children, so the tree after the call is
    the tree of the same raw priorities written in any grouping.

@@ -89,11 +89,11 @@ class PrioritizedReplay(TransitionWrites):
     (``capacity`` too, or the memory's).  Whatever is not passed in is built by one factory,
     :func:`~prisample.replay.replay_parts.build_replay_parts`.
 
-    The parts, each with one job: :attr:`memory` (the transitions), :attr:`sampler` (their
-    priorities), :attr:`eviction_strategy` (who leaves a full memory), :attr:`guard` (the draw
-    record and the stale updates dropped, :mod:`~prisample.replay.write_back`), :attr:`steps`
+    The parts, each with one job: ``memory`` (the transitions), ``sampler`` (their
+    priorities), ``eviction_strategy`` (who leaves a full memory), ``guard`` (the draw
+    record and the stale updates dropped, :mod:`~prisample.replay.write_back`), ``steps``
     (how writes, draws and updates reach the sampler, on the host or the device,
-    :mod:`~prisample.replay.steps`) and :attr:`checkpointer` (the state, all or nothing).
+    :mod:`~prisample.replay.steps`) and ``checkpointer`` (the state, all or nothing).
 
     Thread-safe: every public method holds :attr:`lock` (the sampler's reentrant lock) for its
     whole effect — the memory write with the sampler's removals and additions, the draw with the

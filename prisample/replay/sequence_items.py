@@ -610,8 +610,8 @@ class SequenceItems:
             if (
                 isinstance(value, bool)
                 or not isinstance(value, numbers.Integral)
-                or value < 0
-                or (top is not None and value > top)
+                or int(value) < 0
+                or (top is not None and int(value) > top)
             ):
                 raise ValueError(f"{where} {key} should be an integer in [0, {top}], but got {key}={value!r}")
         pool_in = state["pool"]
