@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-RECIPES = ("demo", "dqn", "apex", "cliffwalk", "offpolicy", "imbalanced_mnist", "studies")
+RECIPES = ("demo", "dqn", "apex", "r2d2", "cliffwalk", "offpolicy", "imbalanced_mnist", "studies")
 
 
 def listing() -> str:
