@@ -13,6 +13,7 @@ Every peer uses ``α = 0.6``, ``β = 0.4``, ``ε = 1e-6`` unless told otherwise.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,11 @@ class Peer:
         """Sample 32 with weights, then update those 32 (the new ``|δ|`` are given)."""
         indices, _weights = self.sample(32)
         self.update(indices, priorities)
+
+    @property
+    def dqn_call(self) -> Callable[[Any], object]:
+        """What the harness calls for one DQN step with the new priorities: :meth:`dqn_step`."""
+        return self.dqn_step
 
 
 class Prisample(Peer):
@@ -218,6 +224,8 @@ class NumpyReference(Peer):
 
 
 PEERS = ("prisample", "prisample-rank", "cpprb", "TorchRL", "numpy")
+FLOOR = "compiled floor"
+"""The DQN step's compiled floor (:mod:`benchmarks.compiled_floor`), timed in the DQN step only."""
 
 
 def make_peer(name: str, capacity: int, seed: int = 0) -> Peer:
@@ -233,4 +241,8 @@ def make_peer(name: str, capacity: int, seed: int = 0) -> Peer:
         return TorchRL(capacity, seed=seed)
     if name == "numpy":
         return NumpyReference(capacity, seed=seed)
+    if name == FLOOR:
+        from benchmarks.compiled_floor import CompiledFloor
+
+        return CompiledFloor(capacity, seed=seed)
     raise ValueError(f"unknown peer {name!r}")

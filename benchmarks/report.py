@@ -70,7 +70,13 @@ class Table:
 
 
 _RUN_ALL = "OMP_NUM_THREADS=1 python -m benchmarks.run_all"
-_RATIOS = ("rank / prop", "cpprb / prisample", "TorchRL / prisample", "numpy / prisample")
+_RATIOS = (
+    "rank / prop",
+    "cpprb / prisample",
+    "TorchRL / prisample",
+    "numpy / prisample",
+    "prisample / floor",
+)
 _ATARI_LOOP = (
     "flock /tmp/prisample-heavy.lock env OMP_NUM_THREADS=1 python -m benchmarks.atari_loop "
     "--acting_steps 2000 --updates 300 --out benchmarks/atari_loop.json"

@@ -18,7 +18,9 @@ from benchmarks.report import facts
 
 PEER_ORDER = ("prisample", "prisample-rank", "cpprb", "TorchRL", "numpy")
 RATIO_PEERS = ("cpprb", "TorchRL", "numpy")
-TARGET_CPPRB, TARGET_TORCHRL, TARGET_RANK, TARGET_BYTES = 3.0, 10.0, 1.5, 32.0
+TARGET_CPPRB, TARGET_TORCHRL, TARGET_RANK, TARGET_FLOOR, TARGET_BYTES = 3.0, 10.0, 2.0, 1.5, 32.0
+FLOOR = "compiled floor"
+"""The DQN step's compiled floor (:mod:`benchmarks.compiled_floor`), a column of the DQN table."""
 OPERATIONS = {"sample": "sample k", "update": "update k", "add": "add k"}
 """The operations of the per-operation tables (the key is the ``op`` of ``results.json``)."""
 
@@ -190,6 +192,27 @@ def target_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 f"per step ({us(mine - needed)} µs less)",
             }
         )
+    floor = t.get(FLOOR)
+    target = f"DQN step at N = {pow2(n)} ≤ {TARGET_FLOOR:g}× the compiled floor"
+    if mine is None or floor is None:
+        rows.append(
+            {"target": target, "met": None, "measured": "not measured", "shortfall": big["errors"].get(FLOOR)}
+        )
+    else:
+        r = ratio(results, n, "DQN step", 32, "prisample", FLOOR) or mine / floor
+        rows.append(
+            {
+                "target": target,
+                "measured": f"{r:.2f}× (prisample {us(mine)} µs, compiled floor {us(floor)} µs"
+                + _spread(_pass_ratios(results, n, "DQN step", 32, "prisample", FLOOR))
+                + ")",
+                "met": r <= TARGET_FLOOR,
+                "shortfall": None
+                if r <= TARGET_FLOOR
+                else f"{r / TARGET_FLOOR:.2f}× over: prisample needs ≤ {us(floor * TARGET_FLOOR)} µs "
+                f"per step ({us(mine - floor * TARGET_FLOOR)} µs less)",
+            }
+        )
     rank = t.get("prisample-rank")
     if mine is not None and rank is not None:
         r = ratio(results, n, "DQN step", 32, "prisample-rank") or rank / mine
@@ -237,7 +260,8 @@ def targets(results: dict[str, Any]) -> str:
 
 
 def dqn_step(results: dict[str, Any]) -> str:
-    """µs per DQN step (sample 32 + weights + update 32) per N and peer, and the ratios."""
+    """µs per DQN step (sample 32 + weights + update 32) per N and peer, the compiled floor's
+    (:mod:`benchmarks.compiled_floor`) among them, and the ratios."""
     lines = _header(
         [
             "N",
@@ -247,8 +271,10 @@ def dqn_step(results: dict[str, Any]) -> str:
             "cpprb",
             "TorchRL",
             "numpy",
+            FLOOR,
             "rank / prop",
             *(f"{p} / prisample" for p in RATIO_PEERS),
+            "prisample / floor",
         ]
     )
     for n, t in sorted(_dqn(results).items()):
@@ -257,9 +283,10 @@ def dqn_step(results: dict[str, Any]) -> str:
                 [
                     pow2(n),
                     *(us(t.get(p)) for p in ("prisample", "prisample (torch |δ|)", "prisample-rank")),
-                    *(us(t.get(p)) for p in RATIO_PEERS),
+                    *(us(t.get(p)) for p in (*RATIO_PEERS, FLOOR)),
                     times_x(ratio(results, n, "DQN step", 32, "prisample-rank")),
                     *(times_x(ratio(results, n, "DQN step", 32, p)) for p in RATIO_PEERS),
+                    times_x(ratio(results, n, "DQN step", 32, "prisample", FLOOR)),
                 ]
             )
         )

@@ -27,7 +27,10 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchmarks.speed import SpeedResult
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -131,9 +134,19 @@ def torchrl_extension() -> dict[str, Any]:
         return {"ok": False, "error": f"{type(error).__name__}: {error}"}
 
 
+def speed_block(r: SpeedResult) -> dict[str, Any]:
+    """One N's :class:`~benchmarks.speed.SpeedResult` as ``results.json`` holds it: the
+    ``(op, k) -> peer -> µs`` maps as lists of ``{"op", "k", "us"}``."""
+    d = dataclasses.asdict(r)
+    d["times"] = [{"op": op, "k": k, "us": t} for (op, k), t in r.times.items()]
+    d["passes"] = [[{"op": op, "k": k, "us": t} for (op, k), t in times.items()] for times in r.passes]
+    return d
+
+
 def dqn_step_summary(speed: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per N, the DQN step's µs per peer and the ratios its targets name: rank-based over
-    proportional, and each peer over prisample (above 1: prisample is faster)."""
+    proportional, each peer over prisample (above 1: prisample is faster), and prisample over the
+    compiled floor (:mod:`benchmarks.compiled_floor`; at least 1)."""
     rows = []
     for d in speed:
         us: dict[str, float] = next((t["us"] for t in d["times"] if t["op"] == "DQN step"), {})
@@ -145,6 +158,8 @@ def dqn_step_summary(speed: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for peer in ("cpprb", "TorchRL"):
                 if peer in us:
                     row[f"{peer}_over_prisample"] = us[peer] / base
+            if us.get("compiled floor"):
+                row["prisample_over_floor"] = base / us["compiled floor"]
         rows.append(row)
     return rows
 
@@ -183,11 +198,7 @@ def run(config: dict[str, Any], quick: bool) -> dict[str, Any]:
             if r.errors:
                 log(f"  errors: {r.errors}")
     for n in config["sizes"]:
-        r = combine(per_size[n])
-        d = dataclasses.asdict(r)
-        d["times"] = [{"op": op, "k": k, "us": t} for (op, k), t in r.times.items()]
-        d["passes"] = [[{"op": op, "k": k, "us": t} for (op, k), t in times.items()] for times in r.passes]
-        results["speed"].append(d)
+        results["speed"].append(speed_block(combine(per_size[n])))
 
     results["dqn_step"] = dqn_step_summary(results["speed"])
     for row in results["dqn_step"]:

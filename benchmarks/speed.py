@@ -10,7 +10,9 @@ Operations:
 * ``sample k``: draw ``k`` slots with their importance weights;
 * ``update k``: set ``k`` raw priorities of random valid slots;
 * ``add k``: write ``k`` consecutive ring slots (new items at the max priority); ``add 1``: one;
-* ``DQN step``: sample 32 (+ weights) then update those 32 with given new ``|δ|``.
+* ``DQN step``: sample 32 (+ weights) then update those 32 with given new ``|δ|``; also timed for
+  prisample fed a torch tensor and for the compiled floor (:mod:`benchmarks.compiled_floor`), which
+  have no other operation.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.peers import Peer, make_peer
+from benchmarks.peers import FLOOR, Peer, make_peer
 from benchmarks.timing import measure_quiet
 
 POOL = 64
@@ -150,17 +152,22 @@ def run_speed(
     slots = [(int(s),) for s in rng.integers(0, n, POOL)]
     record("add", 1, {name: _cycle(slots, p.add_one) for name, p in peers.items()})
 
-    dqn_names = [*peers, "prisample (torch |δ|)"] if "prisample" in peers else list(peers)
-    if "prisample" in peers:
-        extra = make_peer("prisample (torch |δ|)", n, seed=seed)
-        extra.fill(priorities)
-        peers["prisample (torch |δ|)"] = extra
+    # DQN-step-only peers: prisample fed a torch tensor, and the compiled floor.
+    extras = [*(["prisample (torch |δ|)"] if "prisample" in peers else []), FLOOR]
+    for name in extras:
+        try:
+            extra = make_peer(name, n, seed=seed)
+            extra.fill(priorities)
+            peers[name] = extra
+        except Exception as error:
+            result.errors[name] = f"{type(error).__name__}: {error}"
+    dqn_names = [name for name in [*result.peers, *extras] if name in peers]
     new32 = [np.abs(rng.standard_normal(32)) for _ in range(POOL)]
     record(
         "DQN step",
         32,
         {
-            name: _cycle([(peers[name].priorities(v),) for v in new32], peers[name].dqn_step)
+            name: _cycle([(peers[name].priorities(v),) for v in new32], peers[name].dqn_call)
             for name in dqn_names
         },
     )
