@@ -910,3 +910,22 @@ def test_lock_is_shared() -> None:
     replay = SequenceReplay(40, (2,), burn_in=1, length=2, period=2, seed=0)
     assert isinstance(replay.lock, type(threading.RLock()))
     assert replay.lock is replay.sampler.lock
+
+
+def test_a_sampler_passed_in_is_used_and_the_arguments_it_replaces_are_refused() -> None:
+    """``sampler=`` with the sampler arguments at this constructor's defaults (α 0.9, β 0.6) is
+    taken and drawn from; one of them set as well is refused by name."""
+    from prisample.slot_sampler import make_sampler
+
+    sampler = make_sampler(256, alpha=0.5, beta=1.0, size=0, seed=3)
+    replay = SequenceReplay(256, (3,), burn_in=2, length=4, period=2, obs_dtype=np.float32, sampler=sampler)
+    assert replay.sampler is sampler
+    for t in range(12):
+        replay.add(np.full(3, t), 0, 1.0, 0.99, np.full(3, t + 1), episode_end=t == 11)
+    assert sampler.size == len(replay) > 0
+    _, draw = replay.sample(4)
+    assert set(draw.indices.tolist()) <= set(np.flatnonzero(~np.isnan(sampler.priorities)).tolist())
+    with pytest.raises(ValueError, match=r"alpha=0\.7"):
+        SequenceReplay(
+            256, (3,), burn_in=2, length=4, period=2, alpha=0.7, sampler=make_sampler(256, size=0)
+        )

@@ -256,17 +256,23 @@ def _check_given_memory(memory: Any, capacity: Any, given: dict[str, Any]) -> No
 
 
 def _check_given_sampler(
-    sampler: Any, capacity: int, device: Any, eviction: str, given: dict[str, Any]
+    sampler: Any,
+    capacity: int,
+    device: Any,
+    eviction: str,
+    given: dict[str, Any],
+    defaults: dict[str, Any] = _SAMPLER_DEFAULTS,
 ) -> None:
     """``sampler=`` must implement :class:`~prisample.slot_sampler.SlotSampler`, hold
-    ``capacity`` empty slots and come without the arguments that would build one; a device
-    sampler must be on the memory's ``device``, with FIFO eviction."""
+    ``capacity`` empty slots and come without the arguments that would build one (each of
+    ``given`` at the caller's constructor default, ``defaults``); a device sampler must be on the
+    memory's ``device``, with FIFO eviction."""
     if not isinstance(sampler, SlotSampler):
         raise TypeError(
             f"sampler should implement prisample.slot_sampler.SlotSampler (e.g. a PrioritizedSampler), "
             f"but got sampler={short_repr(sampler)}"
         )
-    set_too = [key for key, value in given.items() if not _is_default(value, _SAMPLER_DEFAULTS[key])]
+    set_too = [key for key, value in given.items() if not _is_default(value, defaults[key])]
     if set_too:
         raise ValueError(
             f"sampler= replaces the arguments that build one: {', '.join(set_too)} should be left "

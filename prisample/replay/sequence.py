@@ -39,7 +39,7 @@ from prisample.replay.batch import BatchMapping, Obs
 from prisample.replay.device import as_device
 from prisample.replay.memory import ReplayMemory
 from prisample.replay.prefetch import Prefetcher
-from prisample.replay.replay_parts import _check_given_sampler, _sampler_place
+from prisample.replay.replay_parts import _SAMPLER_DEFAULTS, _check_given_sampler, _sampler_place
 from prisample.replay.sequence_device import SequenceDeviceSteps
 from prisample.replay.sequence_items import (
     COMPLETE,
@@ -249,7 +249,8 @@ class SequenceReplay:
         sampler_args: dict[str, Any] = {"alpha": alpha, "beta": beta, "eps": eps, "backend": backend}
         sampler_args |= {"weight_norm": weight_norm, "seed": seed, "priorities_on": priorities_on}
         if sampler is not None:
-            _check_given_sampler(sampler, capacity, self.device, "fifo", sampler_args)
+            defaults = {**_SAMPLER_DEFAULTS, "alpha": 0.9, "beta": 0.6}  # this constructor's (R2D2's)
+            _check_given_sampler(sampler, capacity, self.device, "fifo", sampler_args, defaults)
             on_device = isinstance(sampler, DevicePrioritizedSampler)
         else:
             name, sampler_device = _sampler_place(backend, priorities_on, self.device, "fifo")
