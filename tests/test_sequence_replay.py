@@ -926,6 +926,4 @@ def test_a_sampler_passed_in_is_used_and_the_arguments_it_replaces_are_refused()
     _, draw = replay.sample(4)
     assert set(draw.indices.tolist()) <= set(np.flatnonzero(~np.isnan(sampler.priorities)).tolist())
     with pytest.raises(ValueError, match=r"alpha=0\.7"):
-        SequenceReplay(
-            256, (3,), burn_in=2, length=4, period=2, alpha=0.7, sampler=make_sampler(256, size=0)
-        )
+        SequenceReplay(256, (3,), burn_in=2, length=4, period=2, alpha=0.7, sampler=make_sampler(256, size=0))
