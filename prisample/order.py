@@ -15,12 +15,12 @@ writes.  This structure is exact at all times instead: a B+-tree of three fixed 
 
 A write finds its block by binary search over the root's bounds, then over the node's, and its
 place in the row by a third; rank and select go through the Fenwick tree, a node's counts and a
-row.  A block that fills splits in two halves; a block below ``LOW`` pairs merges with a
+row.  A block that fills splits in two halves; a block below ``HALF`` pairs merges with a
 neighbour, or evens out with one when the two would not fit in one block; nodes do the same
 with ``FAN`` (a full node first evens out with a neighbour that has room).  So every block but
-the only one holds ``LOW`` to ``ROOM - 1`` pairs and every node but the only one ``FAN_LOW`` to
+the only one holds ``HALF`` to ``ROOM - 1`` pairs and every node but the only one ``FAN / 2`` to
 ``FAN - 1`` blocks, the pools (sized for that) never run out, and a write costs at most
-``O(log N + ROOM + FAN + R)`` with ``R <= N / (LOW · FAN_LOW) + 1`` nodes in the root (root
+``O(log N + ROOM + FAN + R)`` with ``R <= N / (HALF · FAN / 2) + 1`` nodes in the root (root
 entries move only when a node splits or merges): nothing is re-laid as a whole except by
 :meth:`SortedOrder.rebuild`.
 
@@ -49,19 +49,14 @@ from prisample._cache_hints import prefetch
 from prisample._row_move import move
 from prisample._validation import _first_problem
 
-__all__ = ["FAN", "FAN_LOAD", "FAN_LOW", "HALF", "LOAD", "LOW", "ROOM", "SortedOrder", "stamp_limit"]
+__all__ = ["FAN", "FAN_LOAD", "HALF", "LOAD", "ROOM", "SortedOrder", "stamp_limit"]
 
 
 ROOM = 64  # pairs a block can hold; a block that fills splits into two halves of HALF
-HALF = ROOM // 2  # pairs in each half of a split block, and at least in each of two evened out
-LOW = ROOM // 4  # pairs every block holds at least, unless it is the only one
+HALF = ROOM // 2  # pairs every block holds at least, unless it is the only one
 LOAD = 48  # pairs per block after a rebuild
 FAN = 64  # blocks a node can hold; a node that fills evens out with a neighbour or splits
 FAN_LOAD = 48  # blocks per node after a rebuild, and the most a neighbour may hold to even out
-FAN_LOW = FAN // 4  # blocks every node holds at least, unless it is the only one
-# A block (node) that splits leaves two halves; were the least a half, as in a textbook B-tree,
-# the next removal from either would already rebalance it, and random writes would split and
-# even out the same blocks over and over.  A quarter leaves a half room to shrink.
 _INT64_MAX = 2**63 - 1
 
 # The layout, one tuple for the rarer operations (``_State``): row_key, row_code, block_free,
@@ -78,21 +73,15 @@ def _before(key_a: float, code_a: int, key_b: float, code_b: int) -> bool:
 
 @numba.njit(cache=True)
 def _count_before(row_key: np.ndarray, row_code: np.ndarray, size: int, key: float, code: int) -> int:
-    """Entries of a sorted row (or bound list) strictly before ``(key, code)``.
-
-    A binary search whose steps select rather than branch (the outcome of each comparison is a
-    coin toss, so a branch would be mispredicted half the time)."""
-    if size == 0:
-        return 0
-    base = 0
-    length = size
-    while length > 1:
-        half = length >> 1
-        probe = base + half
-        ahead = (row_key[probe] > key) | ((row_key[probe] == key) & (row_code[probe] > code))
-        base = probe if ahead else base
-        length -= half
-    return base + int((row_key[base] > key) | ((row_key[base] == key) & (row_code[base] > code)))
+    """Entries of a sorted row (or bound list) strictly before ``(key, code)``."""
+    lo, hi = 0, size
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if _before(row_key[mid], row_code[mid], key, code):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @numba.njit(cache=True)
@@ -173,7 +162,7 @@ def _locate(
 def _layout(keys: np.ndarray, codes: np.ndarray, state: Any) -> None:
     """Lay sorted pairs into blocks of about ``LOAD`` pairs, the blocks into nodes of about
     ``FAN_LOAD``, in ``O(N)``.  Fewer than ``ROOM`` pairs make one block and more make
-    ``ceil(n / LOAD)`` of near-equal size, each then holding ``LOW`` or more; likewise nodes."""
+    ``ceil(n / LOAD)`` of near-equal size, each then holding ``HALF`` or more; likewise nodes."""
     row_key, row_code, block_free, node_blk, node_key, node_code, node_cnt, node_len = state[:8]
     node_free, root_node, root_key, root_code, root_cnt, root_fen, meta = state[8:]
     n = keys.shape[0]
@@ -300,7 +289,7 @@ def _split_node(state: Any, r: int) -> None:
         _even_nodes(state, r - 1)
         return
     if meta[2] == 0:  # (not assert: pytest rewrites the asserts of a module named on its command line)
-        raise AssertionError("SortedOrder: no free node (every node but one holds FAN_LOW blocks or more)")
+        raise AssertionError("SortedOrder: no free node (every node but one holds FAN / 2 blocks or more)")
     meta[2] -= 1
     k = node_free[meta[2]]
     j = root_node[r]
@@ -319,7 +308,7 @@ def _split_node(state: Any, r: int) -> None:
 
 @numba.njit(cache=True)
 def _rebalance_node(state: Any, r: int) -> None:
-    """The node at root index ``r`` fell below ``FAN_LOW`` blocks (and is not the only one):
+    """The node at root index ``r`` fell below ``FAN / 2`` blocks (and is not the only one):
     merge it with a neighbour when they fit in one node, else even it out with one."""
     node_len, root_node, meta = state[7], state[9], state[14]
     roots = meta[3]
@@ -340,7 +329,7 @@ def _split_block(state: Any, r: int, i: int) -> None:
     row_key, row_code, block_free, node_blk, node_key, node_code, node_cnt, node_len = state[:8]
     root_node, meta = state[9], state[14]
     if meta[0] == 0:
-        raise AssertionError("SortedOrder: no free block (every block but one holds LOW pairs or more)")
+        raise AssertionError("SortedOrder: no free block (every block but one holds HALF pairs or more)")
     meta[0] -= 1
     fresh = block_free[meta[0]]
     j = root_node[r]
@@ -386,7 +375,7 @@ def _merge_blocks(state: Any, ra: int, ia: int, rb: int, ib: int) -> None:
     root_key[rb], root_code[rb] = node_key[jb, length - 1], node_code[jb, length - 1]
     block_free[meta[0]] = b
     meta[0] += 1
-    if length < FAN_LOW and meta[3] > 1:
+    if length < FAN // 2 and meta[3] > 1:
         _rebalance_node(state, rb)
 
 
@@ -436,7 +425,7 @@ def _even_blocks(state: Any, ra: int, ia: int, rb: int, ib: int) -> None:
 
 @numba.njit(cache=True)
 def _rebalance_block(state: Any, r: int, i: int) -> None:
-    """The block at ``(r, i)`` fell below ``LOW`` pairs: merge it with a neighbour when the two
+    """The block at ``(r, i)`` fell below ``HALF`` pairs: merge it with a neighbour when the two
     fit in one block, else even it out with one.  The only block may hold anything."""
     node_cnt, node_len, root_node, meta = state[6], state[7], state[9], state[14]
     j = root_node[r]
@@ -492,7 +481,7 @@ def _write_pair(
         root_cnt[r] -= 1
         _fen_add(root_fen, meta[3], r, -1)
         meta[1] -= 1
-        if n < LOW and (meta[3] > 1 or node_len[g] > 1):
+        if n < HALF and (meta[3] > 1 or node_len[g] > 1):
             _rebalance_block(state, r, i)
     keys[slot] = value
     if np.isnan(value):
@@ -732,7 +721,7 @@ class SortedOrder:
     first.  Rows hold the tie code ``stamp · capacity + slot``, which orders equal keys by stamp
     (then slot) and gives the slot back as ``code % capacity``.
 
-    A written slot costs ``O(log N + ROOM + FAN)``, and ``O(R)`` more (``R <= N / 256 + 1``
+    A written slot costs ``O(log N + ROOM + FAN)``, and ``O(R)`` more (``R <= N / 1024 + 1``
     nodes) when a node splits or merges; only :meth:`rebuild` re-lays everything.
 
     >>> keys = np.array([0.5, 2.0, np.nan, 2.0])
@@ -745,8 +734,8 @@ class SortedOrder:
         self.keys = keys
         self.stamps = stamps
         self.capacity = int(keys.shape[0])
-        pool = self.capacity // LOW + 2  # every block but one holds LOW pairs or more
-        nodes = pool // FAN_LOW + 2  # every node but one holds FAN_LOW blocks or more
+        pool = self.capacity // HALF + 2  # every block but one holds HALF pairs or more
+        nodes = pool // (FAN // 2) + 2  # every node but one holds FAN / 2 blocks or more
         self.row_key = np.zeros((pool, ROOM), dtype=np.float64)
         self.row_code = np.zeros((pool, ROOM), dtype=np.int64)
         self.block_free = np.zeros(pool, dtype=np.int32)  # blocks not in use: the first meta[0]
@@ -884,10 +873,10 @@ class SortedOrder:
         root's length:
 
         * *nodes*: ``1 <= R``; the root's first ``R`` node ids and the node free list hold every
-          node once; a node holds ``FAN_LOW .. FAN - 1`` blocks, or ``1 .. FAN - 1`` when it is
+          node once; a node holds ``FAN / 2 .. FAN - 1`` blocks, or ``1 .. FAN - 1`` when it is
           the only one;
         * *blocks*: the nodes' block ids and the block free list hold every block once; a block
-          holds ``LOW .. ROOM - 1`` pairs, or ``0 .. ROOM - 1`` when it is the only one;
+          holds ``HALF .. ROOM - 1`` pairs, or ``0 .. ROOM - 1`` when it is the only one;
         * *rows*: each row strictly in ``before`` order, and the last pair of each block before
           the first of the next;
         * *slots*: the rows hold exactly the filled (non-NaN) slots, once each, with
@@ -924,7 +913,7 @@ class SortedOrder:
                 f"nodes, once each",
             )
         lengths = self.node_len[nodes].astype(np.int64)
-        low = 1 if roots == 1 else FAN_LOW
+        low = 1 if roots == 1 else FAN // 2
         bad = np.flatnonzero((lengths < low) | (lengths >= FAN))
         if bad.shape[0]:
             r = int(bad[0])
@@ -946,7 +935,7 @@ class SortedOrder:
                 f"the nodes ({blocks.shape[0]}) and the free list ({free_blocks}) should hold "
                 f"the {pool} blocks, once each",
             )
-        low = 0 if blocks.shape[0] == 1 else LOW
+        low = 0 if blocks.shape[0] == 1 else HALF
         bad = np.flatnonzero((counts < low) | (counts >= ROOM))
         if bad.shape[0]:
             j = int(bad[0])
