@@ -432,7 +432,7 @@ def test_sb3_cartpole_says_what_it_runs_from_the_committed_run_times_and_no_abor
         sb3_cartpole.main(["--run"])
     err = capsys.readouterr().err
     assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
-    assert "15 SB3 DQN runs on CartPole-v1 (uniform, proportional, rank x 5 seeds)" in err
+    assert "30 SB3 DQN runs on CartPole-v1 (uniform, proportional, rank x 10 seeds)" in err
     assert "measured for this configuration in docs/results/sb3_cartpole_fixed.json" in err
 
     monkeypatch.setattr(sys, "stdin", Stdin("", tty=False))
