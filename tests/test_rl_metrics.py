@@ -162,3 +162,17 @@ def test_one_iqm_interval_with_the_protocols_5000_resamples() -> None:
 
 def _iqm(scores: Mapping[str, FloatArray]) -> float:
     return naive_iqm(np.concatenate(list(scores.values())))
+
+
+def test_holm_by_group_is_one_family_across_groups() -> None:
+    """Tests named alike in two groups stay two tests of one family: k = 3, sorted 0.01, 0.02, 0.04
+    → 0.03, max(0.03, 0.04) = 0.04, max(0.04, 0.04) = 0.04."""
+    result = rl_metrics.holm_by_group(
+        {"CartPole": {"rank": 0.01, "proportional": 0.04}, "SB3": {"rank": 0.02}}
+    )
+    assert result["tests"] == 3
+    assert result["adjusted_p"] == {
+        "CartPole": {"rank": pytest.approx(0.03), "proportional": pytest.approx(0.04)},
+        "SB3": {"rank": pytest.approx(0.04)},
+    }
+    assert result["survives"] == {"CartPole": {"rank": True, "proportional": True}, "SB3": {"rank": True}}

@@ -47,6 +47,7 @@ __all__ = [
     "equivalence_word",
     "final",
     "holm",
+    "holm_by_group",
     "iqm_interval",
     "relative_margin",
     "seed_mean_std",
@@ -275,6 +276,25 @@ def holm(p_values: Mapping[str, float], alpha: float = FAMILY_ALPHA) -> dict[str
         "adjusted_p": {n: adjusted[n] for n in p_values},
         "survives": {n: adjusted[n] <= alpha for n in p_values},
     }
+
+
+def holm_by_group(p_values: Mapping[str, Mapping[str, float]], alpha: float = FAMILY_ALPHA) -> dict[str, Any]:
+    """:func:`holm` over one family whose tests are named in two levels (an environment and an arm,
+    an arm and its baseline): ``{"alpha", "tests", "adjusted_p": {group: {test: p̃}}, "survives":
+    {group: {test: bool}}}``."""
+    pairs = [(group, test) for group, tests in p_values.items() for test in tests]
+    keys = {pair: str(i) for i, pair in enumerate(pairs)}  # names of any text, kept apart
+    flat = holm({key: p_values[group][test] for (group, test), key in keys.items()}, alpha)
+    nested: dict[str, Any] = {
+        "alpha": flat["alpha"],
+        "tests": flat["tests"],
+        "adjusted_p": {},
+        "survives": {},
+    }
+    for (group, test), key in keys.items():
+        for field in ("adjusted_p", "survives"):
+            nested[field].setdefault(group, {})[test] = flat[field][key]
+    return nested
 
 
 def seed_mean_std(curves: npt.ArrayLike) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:

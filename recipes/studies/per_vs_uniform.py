@@ -187,18 +187,9 @@ def family(comparisons: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
     """Holm–Bonferroni over every comparison of the report, all environments (SB3's included) one
     family (:func:`recipes.common.rl_metrics.holm` on their Welch p-values): ``{"alpha", "tests",
     "adjusted_p": {env: {arm: p}}, "survives": {env: {arm: bool}}}``, beside the per-test verdicts."""
-    tests = {f"{env}: {arm}": (env, arm) for env, arms in comparisons.items() for arm in arms}
-    result = rl_metrics.holm({key: comparisons[env][arm]["welch_p"] for key, (env, arm) in tests.items()})
-    nested: dict[str, Any] = {
-        "alpha": result["alpha"],
-        "tests": result["tests"],
-        "adjusted_p": {},
-        "survives": {},
-    }
-    for key, (env, arm) in tests.items():
-        for field in ("adjusted_p", "survives"):
-            nested[field].setdefault(env, {})[arm] = result[field][key]
-    return nested
+    return rl_metrics.holm_by_group(
+        {env: {arm: c["welch_p"] for arm, c in tests.items()} for env, tests in comparisons.items()}
+    )
 
 
 def gather(config: ReportConfig) -> dict[str, Any]:
