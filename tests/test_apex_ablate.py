@@ -20,6 +20,7 @@ from recipes.apex import ablate
 from recipes.apex.config import ApexConfig, learner_config
 from recipes.apex.report import ablate_summary
 from recipes.apex.run import ApexActor, make_fleet
+from recipes.common import rl_metrics
 from recipes.common.cli import ConfigError
 from recipes.dqn.config import DDQNConfig
 from recipes.dqn.loop import Schedules
@@ -179,6 +180,17 @@ def test_summary_has_the_issue_shape() -> None:
     assert test["verdict"] == "better" and test["difference"][0] == pytest.approx(225.0 - 55.5)
     assert summary["tests"]["apex_all_matched"]["vs_single"]["final"]["verdict"] == "no difference detected"
     assert not math.isnan(summary["apex_matched"]["auc_iqm"][1])
+    # the equivalence test within ±10 % of the other arm's IQM, and Holm over every AUC test
+    same = summary["tests"]["apex_all_matched"]["vs_single"]["auc"]["equivalence"]
+    assert same["margin"] == pytest.approx(30.0) and same["verdict"] == "equivalent within ±m"
+    far = summary["tests"]["apex_matched"]["vs_single"]["auc"]["equivalence"]
+    assert far["verdict"] == "not shown equivalent"
+    p = {(label, vs): t["auc"]["welch_p"] for label, per in summary["tests"].items() for vs, t in per.items()}
+    del p[("apex_matched", "vs_single")]  # the test of single vs apex_matched, counted once
+    flat = rl_metrics.holm({f"{label} {vs}": v for (label, vs), v in p.items()})
+    assert summary["holm"]["tests"] == len(p) == 5 and "apex_matched" not in summary["holm"]["adjusted_p"]
+    for (label, vs), v in p.items():
+        assert summary["holm"]["adjusted_p"][label][vs] == flat["adjusted_p"][f"{label} {vs}"] >= v
 
 
 def test_single_run_lands_under_the_study(tmp_path: Any) -> None:

@@ -66,7 +66,20 @@ def test_protocol_is_what_the_issue_registers() -> None:
     runs, names = per_vs_uniform.env_runs(
         protocol, "CartPole-v1", per_vs_uniform.RunConfig(envs=("CartPole-v1",), runs="unused")
     )
-    assert len(runs) == 5 * len(cartpole["seeds"])
+    seeds_of = {name: arm.get("seeds", cartpole["seeds"]) for name, arm in cartpole["arms"].items()}
+    assert len(runs) == sum(len(s) for s in seeds_of.values())
+    # amended: 20 seeds for the four key arms, proportional at η keeps its registered 10
+    assert {n for n, s in seeds_of.items() if len(s) >= 20} == {
+        "uniform",
+        "uniform lr_divisor=4",
+        "proportional",
+        "rank",
+    }
+    assert seeds_of["proportional lr_divisor=1"] == list(range(10))
+    assert names.count("rank") == 20 and names.count("proportional lr_divisor=1") == 10
+    assert protocol["amended"][-1].startswith("2026-11-28, before any run")
+    assert len(protocol["sb3"]["seeds"]) == 10 and protocol["sb3"]["equivalence_margin"] == 0.1
+    assert all(spec["equivalence_margin"] == 0.1 for spec in protocol["envs"].values())
     step = {name: run.lr / run.lr_divisor for name, run in zip(names, runs, strict=True)}
     for name, arm in cartpole["arms"].items():
         if arm["baseline"] is not None:  # the baseline runs at the arm's own step size
@@ -136,6 +149,37 @@ def test_report_gathers_registered_metrics_and_verdicts(tmp_path: Path) -> None:
     assert written["envs"][per_vs_uniform.SB3_ENV]["uniform"]["auc"] == [1.0, 2.0]
     assert results["verdict"] == written["verdict"]
     assert out.with_suffix(".png").exists() and "Verdict:" in out.with_suffix(".md").read_text()
+    # the equivalence test within ±10 % of the baseline's AUC IQM, and Holm over the family
+    base_auc = written["envs"]["CartPole-v1"]["uniform lr_divisor=4"]["auc"]
+    margin = 0.1 * written["aggregates"]["CartPole-v1"]["uniform lr_divisor=4"]["auc_iqm"][0]
+    assert margin == pytest.approx(rl_metrics.relative_margin(base_auc, 0.1))
+    same = comparisons["proportional"]["equivalence"]
+    assert same["margin"] == pytest.approx(margin) and same["verdict"] == "equivalent within ±m"
+    assert comparisons["proportional"]["verdict"] == "no difference detected"
+    assert comparisons["rank"]["equivalence"]["verdict"] == "not shown equivalent"
+    assert "proportional vs uniform lr_divisor=4: no difference detected" in written["verdict"]["CartPole-v1"]
+    assert f"equivalent within ±{margin:.3g}" in written["verdict"]["CartPole-v1"]
+    p = {arm: c["welch_p"] for arm, c in comparisons.items()}
+    expected = rl_metrics.holm(p)
+    assert (
+        written["holm"]["tests"] == 3
+        and written["holm"]["adjusted_p"]["CartPole-v1"] == expected["adjusted_p"]
+    )
+    assert written["holm"]["survives"]["CartPole-v1"] == expected["survives"]
+    assert written["holm"]["survives"]["CartPole-v1"]["rank"] is True
+    table = out.with_suffix(".md").read_text()
+    assert "Holm-adjusted p" in table and "equivalent within ±" in table and "not shown equivalent" in table
+
+
+def test_an_arms_own_seeds_must_be_its_environments() -> None:
+    protocol = per_vs_uniform.load_protocol()
+    protocol["envs"]["CartPole-v1"]["arms"]["rank"]["seeds"] = [0, 99]
+    config = per_vs_uniform.RunConfig(envs=("CartPole-v1",), runs="unused")
+    with pytest.raises(ValueError, match="arm 'rank' seeds \\[99\\]"):
+        per_vs_uniform.env_runs(protocol, "CartPole-v1", config)
+    protocol["envs"]["CartPole-v1"]["arms"]["rank"]["seeds"] = [1, 3]
+    _, names = per_vs_uniform.env_runs(protocol, "CartPole-v1", config)
+    assert names.count("rank") == 2 and names.count("uniform") == 20
 
 
 def test_no_arguments_print_usage(capsys: pytest.CaptureFixture[str]) -> None:

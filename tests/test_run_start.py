@@ -404,14 +404,15 @@ def test_per_vs_uniform_run_says_what_it_trains_and_no_aborts_before_writing(
         per_vs_uniform.main(["run", "--envs", "CartPole-v1"])
     err = capsys.readouterr().err
     assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
-    assert "50 Double DQN runs (50 on CartPole-v1;" in err and "2,500,000 agent steps" in err
+    # amended protocol: 4 arms × 20 seeds + proportional at η × 10 seeds, 50,000 steps each
+    assert "90 Double DQN runs (90 on CartPole-v1;" in err and "4,500,000 agent steps" in err
     assert "docs/results/per_vs_uniform_cartpole.json" in err and "Start it? [y/N]" in err
 
     stdin = Stdin("n\n")
     monkeypatch.setattr(sys, "stdin", stdin)
     with pytest.raises(StartedError):
         dispatch("studies", "", COMMANDS, ["per-vs-uniform", "run", "--envs", "CartPole-v1", "--yes"])
-    assert not stdin.asked and "50 Double DQN runs" in capsys.readouterr().err and len(started) == 1
+    assert not stdin.asked and "90 Double DQN runs" in capsys.readouterr().err and len(started) == 1
 
     reported = _stub(monkeypatch, per_vs_uniform, "write_report")
     with pytest.raises(StartedError):
@@ -432,7 +433,7 @@ def test_sb3_cartpole_says_what_it_runs_from_the_committed_run_times_and_no_abor
         sb3_cartpole.main(["--run"])
     err = capsys.readouterr().err
     assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
-    assert "15 SB3 DQN runs on CartPole-v1 (uniform, proportional, rank x 5 seeds)" in err
+    assert "30 SB3 DQN runs on CartPole-v1 (uniform, proportional, rank x 10 seeds)" in err
     assert "measured for this configuration in docs/results/sb3_cartpole_fixed.json" in err
 
     monkeypatch.setattr(sys, "stdin", Stdin("", tty=False))

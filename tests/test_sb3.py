@@ -567,3 +567,65 @@ def test_cartpole_recipe_without_arguments_prints_its_usage_and_runs_nothing(
     for bad in (["--arms", "greedy"], ["--eval_every", "0"], ["--jobs", "0"]):
         with pytest.raises(SystemExit):
             rec.main(bad)
+
+
+def _recorded_run(seed: int, scores: list[float]) -> dict[str, Any]:
+    return {
+        "seed": seed,
+        "auc": float(np.mean(scores)),
+        "final": scores[-1],
+        "weight_mean_last": 1.0,
+        "eval_steps": [400, 800],
+        "eval_curve": scores,
+        "train_seconds": 1.0,
+        "curve_steps": [400, 800],
+        "curve": [None, 10.0],
+    }
+
+
+def test_cartpole_comparison_tests_each_arm_against_uniform_with_the_protocols_statistics(
+    tmp_path: Any,
+) -> None:
+    """Recorded runs (no training): every interval is ``rl_metrics.iqm_interval`` (the protocol's
+    5,000 resamples), each prioritized arm has the difference and the equivalence test against
+    uniform within ±10 % of uniform's AUC IQM, and Holm over the two; ``--report`` recomputes all
+    of it from a JSON's runs and keeps the command that ran them."""
+    from recipes.common import rl_metrics
+    from recipes.studies import sb3_cartpole as rec
+
+    rng = np.random.default_rng(4)
+    means = {"uniform": 200.0, "proportional": 201.0, "rank": 400.0}
+    runs = {
+        arm: [_recorded_run(s, list(rng.normal(mean, 1.0, 2))) for s in range(6)]
+        for arm, mean in means.items()
+    }
+    result = rec.summarize(
+        {"timesteps": 800, "eval_every": 400, "eval_episodes": 1, "curve_window": 10}, runs
+    )
+    for arm, data in result["arms"].items():
+        assert data["auc_iqm"] == rl_metrics.iqm_interval(data["auc"]), arm
+        assert data["final_iqm"] == rl_metrics.iqm_interval(data["final"]), arm
+    tests = result["comparisons"]
+    assert set(tests) == {"proportional", "rank"} and {t["baseline"] for t in tests.values()} == {"uniform"}
+    margin = 0.1 * result["arms"]["uniform"]["auc_iqm"][0]
+    assert tests["proportional"]["equivalence"]["margin"] == pytest.approx(margin)
+    assert tests["proportional"]["verdict"] == "no difference detected"
+    assert tests["proportional"]["equivalence"]["verdict"] == "equivalent within ±m"
+    assert tests["rank"]["verdict"] == "better"
+    assert tests["rank"]["equivalence"]["verdict"] == "not shown equivalent"
+    expected = rl_metrics.holm({arm: t["welch_p"] for arm, t in tests.items()})
+    assert result["holm"] == expected and result["holm"]["survives"]["rank"]
+
+    recorded = {**json.loads(json.dumps(result)), "command": "the command that ran them"}
+    recorded["arms"]["uniform"]["auc_iqm"] = [0.0, 0.0, 0.0]  # a stale interval the report replaces
+    (tmp_path / "old.json").write_text(json.dumps(recorded))
+    again = rec.main(["--report", str(tmp_path / "old.json"), "--out", str(tmp_path / "new")])
+    assert again["arms"]["uniform"]["auc_iqm"] == result["arms"]["uniform"]["auc_iqm"]
+    assert again["comparisons"] == json.loads(json.dumps(tests))
+    assert again["command"] == "the command that ran them" and "--report" in again["rendered_by"]
+    table = (tmp_path / "new.md").read_text()
+    assert "Holm-adjusted p" in table and "not shown equivalent" in table
+    (tmp_path / "bad.json").write_text("[]")
+    with pytest.raises(ValueError, match="report="):
+        rec.main(["--report", str(tmp_path / "bad.json"), "--out", str(tmp_path / "never")])
+    assert not (tmp_path / "never.json").exists()

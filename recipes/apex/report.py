@@ -272,7 +272,9 @@ def ablate_summary(results: list[dict[str, Any]], curves: dict[str, Any], order:
     """The study's keys: ``single``, ``apex_matched``, ``apex_free``, ``apex_all_matched`` and
     ``ablations`` (``{name: arm}``, ``all`` among them), each arm as :func:`arm_metrics`; ``tests``:
     per arm, its AUC and final score against ``apex_matched`` and against ``single``
-    (:func:`recipes.common.rl_metrics.compare`, at least 2 seeds each)."""
+    (:func:`recipes.common.rl_metrics.compare`, at least 2 seeds each), each with the equivalence
+    test within ±``EQUIVALENCE_FRACTION`` of the other arm's IQM; ``holm``: Holm–Bonferroni over
+    the family of every AUC test (:func:`recipes.common.rl_metrics.holm_by_group`), beside them."""
     arms: dict[str, dict[str, Any]] = {}
     for label in order:
         mine = sorted((r for r in results if r["label"] == label), key=lambda r: r["config"]["seed"])
@@ -291,10 +293,28 @@ def ablate_summary(results: list[dict[str, Any]], curves: dict[str, Any], order:
             if base == label or other is None or min(len(arm["seeds"]), len(other["seeds"])) < 2:
                 continue
             tests.setdefault(label, {})[f"vs_{base}"] = {
-                metric: rl_metrics.compare(arm[metric], other[metric]) for metric in ("auc", "final")
+                metric: rl_metrics.compare(arm[metric], other[metric], margin=_margin(other[metric]))
+                for metric in ("auc", "final")
             }
     out["tests"] = tests
+    family: dict[str, dict[str, float]] = {}
+    for label, per in tests.items():
+        for vs, t in per.items():  # a test once: single vs apex_matched is apex_matched vs single
+            if f"vs_{label}" not in family.get(vs.removeprefix("vs_"), {}):
+                family.setdefault(label, {})[vs] = t["auc"]["welch_p"]
+    out["holm"] = rl_metrics.holm_by_group(family)
     return out
+
+
+EQUIVALENCE_FRACTION = 0.10
+"""The equivalence margin of the ablation study's tests: this fraction of the compared-with arm's
+IQM of the metric tested (±10 %, the margin the PER-vs-uniform protocol registers)."""
+
+
+def _margin(baseline: list[float]) -> float | None:
+    """``EQUIVALENCE_FRACTION`` × |IQM(baseline)|; None (no equivalence test) where that is 0."""
+    margin = rl_metrics.relative_margin(baseline, EQUIVALENCE_FRACTION)
+    return margin if margin > 0.0 else None
 
 
 def ablate_markdown(report: dict[str, Any], stem: str) -> str:
@@ -310,7 +330,12 @@ def ablate_markdown(report: dict[str, Any], stem: str) -> str:
         if result is None:
             return "–"
         d = result["auc"]["difference"]
-        return f"{d[0]:+.1f} [{d[1]:+.1f}, {d[2]:+.1f}] {result['auc']['verdict']}"
+        cell = f"{d[0]:+.1f} [{d[1]:+.1f}, {d[2]:+.1f}] {result['auc']['verdict']}"
+        equivalence = result["auc"].get("equivalence")
+        if equivalence is not None:
+            cell += f"; {equivalence['verdict']}, m = {equivalence['margin']:.1f}"
+        adjusted = report.get("holm", {}).get("adjusted_p", {}).get(label, {}).get(f"vs_{base}")
+        return cell if adjusted is None else f"{cell}; Holm p {adjusted:.3f}"
 
     arms: dict[str, Any] = {
         key: report[key] for key in ("single", "apex_matched", "apex_free") if key in report

@@ -14,24 +14,57 @@ Across the seeds of one arm: the interquartile mean (IQM, the 25 % trimmed mean 
 redraws the arm's seeds with replacement (:func:`~recipes.common.aggregates.stratified_bootstrap_ci`,
 one stratum).
 Arm against baseline (:func:`compare`): the difference of their IQMs with a bootstrap interval that
-redraws each arm's seeds separately (two strata), and Welch's t-test on the two sets of values.
+redraws each arm's seeds separately (two strata), and Welch's t-test on the two sets of values;
+with a registered margin ``m``, an equivalence test on the same bootstrap (:func:`equivalence`: the
+two one-sided tests of Schuirmann 1987 in their interval form).  A family of such tests
+(:func:`holm`): the Holm–Bonferroni adjusted Welch p-values, reported beside the per-test verdicts.
+
+Every study draws its intervals here, with ``BOOTSTRAP_REPS`` resamples and the bootstrap generator's
+seed 0, so that one protocol's "5,000 resamples" holds for all of them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from recipes.common.aggregates import iqm, stratified_bootstrap_ci
+from recipes.common.aggregates import FloatArray, iqm, stratified_bootstrap_ci
 
-__all__ = ["auc", "compare", "final", "iqm_interval", "seed_mean_std", "verdict_word", "welch"]
+__all__ = [
+    "BOOTSTRAP_REPS",
+    "CONFIDENCE",
+    "EQUIVALENCE_CONFIDENCE",
+    "EQUIVALENT",
+    "FAMILY_ALPHA",
+    "NOT_SHOWN_EQUIVALENT",
+    "auc",
+    "compare",
+    "equivalence",
+    "equivalence_word",
+    "final",
+    "holm",
+    "holm_by_group",
+    "iqm_interval",
+    "relative_margin",
+    "seed_mean_std",
+    "verdict_word",
+    "welch",
+]
 
 BOOTSTRAP_REPS = 5000
+"""Bootstrap resamples of every interval (the registered protocols' 5,000)."""
 CONFIDENCE = 0.95
+"""Level of the intervals of the IQMs and of the difference test."""
+EQUIVALENCE_CONFIDENCE = 0.90
+"""Level of the interval of the equivalence test: ``1 − 2α`` for two one-sided tests at α = 0.05."""
+FAMILY_ALPHA = 0.05
+"""Family-wise error rate of :func:`holm`."""
+EQUIVALENT = "equivalent within ±m"
+NOT_SHOWN_EQUIVALENT = "not shown equivalent"
 
 
 def _scores(curve: Sequence[float | None]) -> list[float]:
@@ -52,7 +85,7 @@ def final(curve: Sequence[float | None]) -> float:
 
 def iqm_interval(values: Sequence[float], seed: int = 0) -> list[float]:
     """``[IQM, low, high]`` of one arm's per-seed values, the interval a 95 % percentile bootstrap
-    over its seeds."""
+    over its seeds (``BOOTSTRAP_REPS`` resamples, generator seed ``seed``): the one every study uses."""
     point, low, high = stratified_bootstrap_ci(
         {"arm": np.asarray(values, dtype=np.float64)},
         iqm,
@@ -118,29 +151,150 @@ def verdict_word(low: float, high: float) -> str:
     return "no difference detected"
 
 
-def compare(arm: Sequence[float], baseline: Sequence[float], seed: int = 0) -> dict[str, Any]:
-    """The registered test of an arm against its baseline on per-seed values (the AUC): the 95 %
-    percentile interval of ``IQM(arm) − IQM(baseline)`` from a bootstrap that redraws each arm's
-    seeds separately, its verdict (:func:`verdict_word`), and Welch's t-test on the means:
-    ``{"difference": [point, low, high], "welch_t", "welch_p", "verdict"}``."""
+def equivalence_word(low: float, high: float, margin: float) -> str:
+    """:data:`EQUIVALENT` when the interval ``[low, high]`` lies inside ``(−margin, +margin)``, else
+    :data:`NOT_SHOWN_EQUIVALENT`."""
+    return EQUIVALENT if -margin < low and high < margin else NOT_SHOWN_EQUIVALENT
+
+
+def _seed_arrays(arm: npt.ArrayLike, baseline: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
     a, b = np.asarray(arm, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
     if a.size < 2 or b.size < 2:
         raise ValueError(f"each arm needs at least 2 seeds, but got {a.size} and {b.size}")
+    return a, b
+
+
+def _check_margin(margin: float) -> None:
+    if not (isinstance(margin, int | float) and math.isfinite(margin) and margin > 0.0):
+        raise ValueError(f"margin should be a finite number > 0, but got margin={margin!r}")
+
+
+def _difference_draws(a: FloatArray, b: FloatArray, seed: int) -> FloatArray:
+    """``BOOTSTRAP_REPS`` draws of ``IQM(a*) − IQM(b*)``, each arm's seeds redrawn with replacement
+    separately (the arm's, then the baseline's indices, from one generator seeded ``seed``)."""
     rng = np.random.default_rng(seed)
     differences = np.empty(BOOTSTRAP_REPS)
     for r in range(BOOTSTRAP_REPS):
         differences[r] = iqm({"s": a[rng.integers(0, a.size, a.size)]}) - iqm(
             {"s": b[rng.integers(0, b.size, b.size)]}
         )
-    tail = 100.0 * (1.0 - CONFIDENCE) / 2.0
-    low, high = (float(v) for v in np.percentile(differences, [tail, 100.0 - tail]))
-    t, p = welch(a, b)
+    return differences
+
+
+def _percentile_interval(draws: FloatArray, confidence: float) -> tuple[float, float]:
+    tail = 100.0 * (1.0 - confidence) / 2.0
+    low, high = (float(v) for v in np.percentile(draws, [tail, 100.0 - tail]))
+    return low, high
+
+
+def _equivalence_entry(point: float, draws: FloatArray, margin: float) -> dict[str, Any]:
+    low, high = _percentile_interval(draws, EQUIVALENCE_CONFIDENCE)
     return {
-        "difference": [iqm({"s": a}) - iqm({"s": b}), low, high],
+        "margin": float(margin),
+        "interval": [point, low, high],
+        "verdict": equivalence_word(low, high, margin),
+    }
+
+
+def compare(
+    arm: npt.ArrayLike, baseline: npt.ArrayLike, seed: int = 0, margin: float | None = None
+) -> dict[str, Any]:
+    """The registered test of an arm against its baseline on per-seed values (the AUC): the 95 %
+    percentile interval of ``IQM(arm) − IQM(baseline)`` from a bootstrap that redraws each arm's
+    seeds separately, its verdict (:func:`verdict_word`), and Welch's t-test on the means:
+    ``{"difference": [point, low, high], "welch_t", "welch_p", "verdict"}``.  With a ``margin``, also
+    ``"equivalence"``: :func:`equivalence` on the same bootstrap draws."""
+    a, b = _seed_arrays(arm, baseline)
+    if margin is not None:
+        _check_margin(margin)
+    draws = _difference_draws(a, b, seed)
+    low, high = _percentile_interval(draws, CONFIDENCE)
+    t, p = welch(a, b)
+    point = iqm({"s": a}) - iqm({"s": b})
+    result: dict[str, Any] = {
+        "difference": [point, low, high],
         "welch_t": t,
         "welch_p": p,
         "verdict": verdict_word(low, high),
     }
+    if margin is not None:
+        result["equivalence"] = _equivalence_entry(point, draws, margin)
+    return result
+
+
+def equivalence(arm: npt.ArrayLike, baseline: npt.ArrayLike, margin: float, seed: int = 0) -> dict[str, Any]:
+    """Equivalence of an arm and its baseline within a registered margin ``m`` (``margin``), by two
+    one-sided tests (TOST; Schuirmann 1987, "A comparison of the two one-sided tests procedure and
+    the power approach for assessing the equivalence of average bioavailability"; Lakens 2017,
+    "Equivalence tests", Soc. Psychol. Personal. Sci.) in their interval form: H0 ``|Δ| ≥ m`` is
+    rejected at α = 0.05, so the arms are :data:`EQUIVALENT`, when the ``1 − 2α`` = 90 % interval
+    of ``Δ = IQM(arm) − IQM(baseline)`` lies inside ``(−m, +m)``; otherwise
+    :data:`NOT_SHOWN_EQUIVALENT` (which says nothing of a difference: :func:`compare` tests that).
+    The interval is the percentile interval of the difference test's bootstrap (``BOOTSTRAP_REPS``
+    resamples redrawing each arm's seeds separately, generator seed ``seed``):
+    ``{"margin": m, "interval": [Δ, low, high], "verdict"}``."""
+    a, b = _seed_arrays(arm, baseline)
+    _check_margin(margin)
+    result: dict[str, Any] = _equivalence_entry(
+        iqm({"s": a}) - iqm({"s": b}), _difference_draws(a, b, seed), margin
+    )
+    return result
+
+
+def relative_margin(baseline: npt.ArrayLike, fraction: float) -> float:
+    """A margin registered as a fraction of the baseline arm's IQM: ``fraction · |IQM(baseline)|``
+    (e.g. 0.1: ±10 % of the uniform arm's AUC IQM)."""
+    if not (isinstance(fraction, int | float) and math.isfinite(fraction) and fraction > 0.0):
+        raise ValueError(f"fraction should be a finite number > 0, but got fraction={fraction!r}")
+    values = np.asarray(baseline, dtype=np.float64)
+    if values.size == 0:
+        raise ValueError("baseline should hold at least one value, but got none")
+    return float(fraction * abs(iqm({"s": values})))
+
+
+def holm(p_values: Mapping[str, float], alpha: float = FAMILY_ALPHA) -> dict[str, Any]:
+    """Holm–Bonferroni over a family of ``k`` tests (Holm 1979, "A simple sequentially rejective
+    multiple test procedure", Scand. J. Statist.): with the p-values sorted ``p_(1) ≤ … ≤ p_(k)``,
+    the adjusted ``p̃_(i) = min(1, max_{j ≤ i} (k − j + 1) p_(j))``; test ``(i)`` survives when
+    ``p̃_(i) ≤ alpha`` (the step-down procedure: reject while ``p_(i) ≤ alpha / (k − i + 1)``).
+    ``{"alpha", "tests": k, "adjusted_p": {name: p̃}, "survives": {name: bool}}``, in the given
+    order.  It controls the family-wise error rate at ``alpha`` and is reported beside the per-test
+    verdicts, which it does not replace."""
+    if not (isinstance(alpha, int | float) and 0.0 < alpha < 1.0):
+        raise ValueError(f"alpha should lie in (0, 1), but got alpha={alpha!r}")
+    for name, p in p_values.items():
+        if not (isinstance(p, int | float) and 0.0 <= p <= 1.0):
+            raise ValueError(f"p-values should lie in [0, 1], but got p_values[{name!r}]={p!r}")
+    names = sorted(p_values, key=lambda n: p_values[n])  # stable: ties keep the given order
+    k, running, adjusted = len(names), 0.0, {}
+    for i, name in enumerate(names):
+        running = max(running, min(1.0, (k - i) * float(p_values[name])))
+        adjusted[name] = running
+    return {
+        "alpha": float(alpha),
+        "tests": k,
+        "adjusted_p": {n: adjusted[n] for n in p_values},
+        "survives": {n: adjusted[n] <= alpha for n in p_values},
+    }
+
+
+def holm_by_group(p_values: Mapping[str, Mapping[str, float]], alpha: float = FAMILY_ALPHA) -> dict[str, Any]:
+    """:func:`holm` over one family whose tests are named in two levels (an environment and an arm,
+    an arm and its baseline): ``{"alpha", "tests", "adjusted_p": {group: {test: p̃}}, "survives":
+    {group: {test: bool}}}``."""
+    pairs = [(group, test) for group, tests in p_values.items() for test in tests]
+    keys = {pair: str(i) for i, pair in enumerate(pairs)}  # names of any text, kept apart
+    flat = holm({key: p_values[group][test] for (group, test), key in keys.items()}, alpha)
+    nested: dict[str, Any] = {
+        "alpha": flat["alpha"],
+        "tests": flat["tests"],
+        "adjusted_p": {},
+        "survives": {},
+    }
+    for (group, test), key in keys.items():
+        for field in ("adjusted_p", "survives"):
+            nested[field].setdefault(group, {})[test] = flat[field][key]
+    return nested
 
 
 def seed_mean_std(curves: npt.ArrayLike) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:

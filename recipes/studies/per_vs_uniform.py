@@ -23,7 +23,13 @@ record of ``recipes/dqn/sweep.py`` (``<env>.json`` curves, ``.png``, ``_weights.
 ``report`` reads those (and the Stable-Baselines3 comparison's JSON, ``recipes/studies/sb3_cartpole.py``)
 and writes ``per_vs_uniform.json``: ``{"protocol": <the YAML as registered>, "envs": {env: {arm:
 {"seeds", "auc", "final", "weight_mean_last", ...}}}, "aggregates": {env: {arm: {"auc_iqm",
-"final_iqm"}}}, "comparisons": {env: {arm: {...}}}, "verdict": {env: "..."}}``.
+"final_iqm"}}}, "comparisons": {env: {arm: {"difference", "welch_p", "verdict", "equivalence"}}},
+"holm": {"adjusted_p": {env: {arm: p}}, "survives": ...}, "verdict": {env: "..."}}``.  Per comparison
+the difference test decides "better" / "worse" / "no difference detected"; where the protocol
+registers an environment's ``equivalence_margin`` (a fraction of the baseline arm's AUC IQM), the
+two one-sided tests decide "equivalent within ±m" / "not shown equivalent"
+(:func:`recipes.common.rl_metrics.equivalence`); Holm–Bonferroni over every comparison of the report
+is reported beside them (:func:`recipes.common.rl_metrics.holm`).
 """
 
 from __future__ import annotations
@@ -60,9 +66,11 @@ __all__ = [
     "ReportConfig",
     "RunConfig",
     "env_runs",
+    "family",
     "gather",
     "load_protocol",
     "main",
+    "margin_fraction",
     "run",
     "write_report",
 ]
@@ -142,15 +150,46 @@ def baselines(protocol: dict[str, Any], env: str, arms: list[str]) -> dict[str, 
 
 
 def verdict_sentence(comparisons: dict[str, dict[str, Any]], bases: dict[str, str]) -> str:
-    """One sentence per environment: each arm's verdict against its baseline, with the interval."""
+    """One sentence per environment: each arm's verdict against its baseline, with the interval, and
+    the equivalence test's verdict with its margin where one is registered."""
     parts = []
     for arm, c in comparisons.items():
         point, low, high = c["difference"]
-        parts.append(
+        part = (
             f"{arm} vs {bases[arm]}: {c['verdict']} (AUC IQM difference {point:+.1f}, "
             f"95% CI {low:+.1f} to {high:+.1f})"
         )
+        if "equivalence" in c:
+            e = c["equivalence"]
+            part += f", {_equivalence_text(e)} (90% CI {e['interval'][1]:+.1f} to {e['interval'][2]:+.1f})"
+        parts.append(part)
     return "; ".join(parts) + "."
+
+
+def _equivalence_text(e: dict[str, Any]) -> str:
+    """The verdict with its margin written out: ``equivalent within ±12.3``, ``not shown equivalent
+    within ±12.3``."""
+    margin = f"±{e['margin']:.3g}"
+    if e["verdict"] == rl_metrics.EQUIVALENT:
+        return rl_metrics.EQUIVALENT.replace("±m", margin)
+    return f"{e['verdict']} within {margin}"
+
+
+def margin_fraction(protocol: dict[str, Any], env: str) -> float | None:
+    """The registered equivalence margin of ``env`` as a fraction of its baseline arm's AUC IQM
+    (``equivalence_margin``), or None where the protocol registers none."""
+    spec = protocol["sb3"] if env == SB3_ENV else protocol["envs"][env]
+    fraction = spec.get("equivalence_margin")
+    return None if fraction is None else float(fraction)
+
+
+def family(comparisons: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Holm–Bonferroni over every comparison of the report, all environments (SB3's included) one
+    family (:func:`recipes.common.rl_metrics.holm` on their Welch p-values): ``{"alpha", "tests",
+    "adjusted_p": {env: {arm: p}}, "survives": {env: {arm: bool}}}``, beside the per-test verdicts."""
+    return rl_metrics.holm_by_group(
+        {env: {arm: c["welch_p"] for arm, c in tests.items()} for env, tests in comparisons.items()}
+    )
 
 
 def gather(config: ReportConfig) -> dict[str, Any]:
@@ -177,8 +216,15 @@ def gather(config: ReportConfig) -> dict[str, Any]:
             for arm, data in arms.items()
         }
         bases = baselines(protocol, env, list(arms))
+        fraction = margin_fraction(protocol, env)
         comparisons[env] = {
-            arm: rl_metrics.compare(_finite(arms[arm]["auc"]), _finite(arms[base]["auc"]))
+            arm: rl_metrics.compare(
+                _finite(arms[arm]["auc"]),
+                _finite(arms[base]["auc"]),
+                margin=None
+                if fraction is None
+                else rl_metrics.relative_margin(_finite(arms[base]["auc"]), fraction),
+            )
             for arm, base in bases.items()
             if base in arms
         }
@@ -188,6 +234,7 @@ def gather(config: ReportConfig) -> dict[str, Any]:
         "envs": envs,
         "aggregates": aggregates,
         "comparisons": comparisons,
+        "holm": family(comparisons),
         "verdict": verdicts,
     }
 
@@ -214,6 +261,10 @@ def markdown(results: dict[str, Any], command: str) -> str:
         for arm, data in arms.items():
             agg = results["aggregates"][env][arm]
             c = results["comparisons"][env].get(arm)
+            holm = results.get("holm", {})
+            adjusted = holm.get("adjusted_p", {}).get(env, {}).get(arm)
+            survives = holm.get("survives", {}).get(env, {}).get(arm)
+            equivalent = None if c is None else c.get("equivalence")
             weights = _finite(data.get("weight_mean_last", []))
             rows.append(
                 (
@@ -224,6 +275,10 @@ def markdown(results: dict[str, Any], command: str) -> str:
                     f"{np.mean(weights):.3f}" if weights else "–",
                     "–" if c is None else f"{_ci(c['difference'], signed=True)} → {c['verdict']}",
                     "–" if c is None else f"{c['welch_p']:.3f}",
+                    "–" if adjusted is None else f"{adjusted:.3f}" + (" (survives)" if survives else ""),
+                    "–"
+                    if equivalent is None
+                    else f"{_ci(equivalent['interval'], signed=True)} → {_equivalence_text(equivalent)}",
                 )
             )
         lines.append(
@@ -236,6 +291,8 @@ def markdown(results: dict[str, Any], command: str) -> str:
                     "mean weight at the end",
                     "AUC IQM − baseline [95% CI] → verdict",
                     "Welch p",
+                    "Holm-adjusted p (family of every comparison)",
+                    "AUC IQM − baseline [90% CI] → equivalence (TOST)",
                 ],
                 rows,
             )

@@ -91,12 +91,22 @@ class ReportConfig:
 
 def env_runs(protocol: dict[str, Any], env: str, config: RunConfig) -> tuple[list[DDQNConfig], list[str]]:
     """Every registered (arm, seed) run of ``env``, seed by seed: the arm file on the family's and
-    protocol's files, the environment's ``set``, then the arm's ``set``; and each run's curve name."""
+    protocol's files, the environment's ``set``, then the arm's ``set``; and each run's curve name.
+    An arm runs the environment's ``seeds`` unless it registers ``seeds`` of its own (a subset of
+    the environment's); ``config.seeds`` keeps the first that many of the environment's."""
     spec = protocol["envs"][env]
     seeds = spec["seeds"][: config.seeds] if config.seeds is not None else spec["seeds"]
+    for name, arm in spec["arms"].items():
+        extra = sorted(set(arm.get("seeds", spec["seeds"])) - set(spec["seeds"]))
+        if extra:
+            raise ValueError(
+                f"an arm's seeds should be among its environment's, but got {env} arm {name!r} seeds {extra}"
+            )
     runs, names = [], []
     for seed in seeds:  # seed by seed: a run cut short leaves every arm with the same seeds
         for name, arm in spec["arms"].items():
+            if seed not in arm.get("seeds", spec["seeds"]):
+                continue
             values = {**spec["set"], **arm["set"], **(config.set or {})}
             runs.append(
                 load_config(

@@ -13,7 +13,9 @@ Metrics, per seed: every ``eval_every`` steps, and once more at the end, the gre
 ``auc`` is the mean of these evaluation scores (the area under the evaluation curve divided by its
 length), ``final`` the last one (the final policy), ``weight_mean_last`` the mean importance weight
 over the last 100 batches (``PrioritizedDQN.weight_mean``; 1 for uniform replay).  Across seeds:
-the interquartile mean with a 95 % stratified-bootstrap interval (``recipes/common/aggregates.py``).
+the interquartile mean with a 95 % bootstrap interval (``recipes.common.rl_metrics.iqm_interval``,
+the registered protocol's 5,000 resamples); per prioritized arm against uniform, the registered
+difference and equivalence tests and a Holm–Bonferroni family (:func:`comparisons`).
 Learning curves of the training episodes' returns are kept as well.
 
 Hyper-parameters: DLR-RM/rl-baselines3-zoo ``hyperparams/dqn.yml``, entry ``CartPole-v1``
@@ -24,12 +26,15 @@ exploration_fraction 0.16, exploration_final_eps 0.04, net_arch [256, 256].
     python -m recipes.studies sb3-cartpole --run                             # runs/sb3_cartpole.{json,png,md}
     python -m recipes.studies sb3-cartpole --seeds 2 --timesteps 2000        # a quick check
     python -m recipes.studies sb3-cartpole --run --jobs 2                    # two runs at a time
+    python -m recipes.studies sb3-cartpole --report runs/sb3_cartpole.json --out runs/sb3_again
+                                                     # recompute the statistics of recorded runs
 
 Without arguments it prints its usage and runs nothing.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing
 import sys
@@ -50,7 +55,8 @@ from stable_baselines3.common.monitor import Monitor
 from tqdm import tqdm
 
 from prisample.sb3 import PrioritizedDQN
-from recipes.common import aggregates, launch, outputs, rl_metrics
+from recipes.common import launch, outputs, rl_metrics
+from recipes.studies.per_vs_uniform_config import load_protocol
 from recipes.studies.sb3_cartpole_config import (
     ARMS,
     ENV_ID,
@@ -69,9 +75,11 @@ __all__ = [
     "ZOO_CARTPOLE",
     "ZOO_SOURCE",
     "Config",
+    "comparisons",
     "main",
     "parse",
     "run",
+    "summarize",
     "train_one",
 ]
 
@@ -193,35 +201,60 @@ def learning_curve(episodes: list[tuple[int, float]], points: np.ndarray, window
 
 
 def run(cfg: Config) -> dict[str, Any]:
-    """Every arm on every seed; per arm the per-seed metrics and their IQM across seeds."""
+    """Every arm on every seed; per arm the per-seed metrics and their IQM across seeds, and the
+    tests of :func:`summarize`."""
     tasks = [(arm, seed) for arm in cfg.arm_list for seed in range(cfg.seeds)]
     done = run_in_process(cfg, tasks) if cfg.jobs == 1 else run_in_pool(cfg, tasks)
+    runs = {arm: [done[(arm, seed)] for seed in range(cfg.seeds)] for arm in cfg.arm_list}
+    return summarize(asdict(cfg), runs)
+
+
+def summarize(config: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The comparison's JSON from its runs (``{arm: [run of seed 0, …]}``, as :func:`train_one`
+    returns them): per arm the per-seed AUC and final score with their IQMs and intervals
+    (:func:`recipes.common.rl_metrics.iqm_interval`, the protocol's 5,000 resamples), and
+    ``comparisons`` and ``holm`` (:func:`comparisons`)."""
     arms: dict[str, Any] = {}
-    for arm in cfg.arm_list:
-        runs = [done[(arm, seed)] for seed in range(cfg.seeds)]
-        auc, final = [r["auc"] for r in runs], [r["final"] for r in runs]
+    for arm, mine in runs.items():
+        auc, final = [r["auc"] for r in mine], [r["final"] for r in mine]
         arms[arm] = {
             "label": ARMS[arm][0],
             "replay": ARMS[arm][1] or "uniform",
-            "seeds": [r["seed"] for r in runs],
+            "seeds": [r["seed"] for r in mine],
             "auc": auc,
             "final": final,
-            "weight_mean_last": [r["weight_mean_last"] for r in runs],
-            "auc_iqm": iqm_interval(auc),
-            "final_iqm": iqm_interval(final),
-            "eval_steps": runs[0]["eval_steps"],
-            "eval_curves": [r["eval_curve"] for r in runs],
+            "weight_mean_last": [r["weight_mean_last"] for r in mine],
+            "auc_iqm": rl_metrics.iqm_interval(auc),
+            "final_iqm": rl_metrics.iqm_interval(final),
+            "eval_steps": mine[0]["eval_steps"],
+            "eval_curves": [r["eval_curve"] for r in mine],
             "eval_mean_return": float(np.mean(final)),
             "eval_std_return": float(np.std(final)),
-            "runs": runs,
+            "runs": mine,
         }
-    return {"config": asdict(cfg), "hyperparameters": ZOO_CARTPOLE, "source": ZOO_SOURCE, "arms": arms}
+    result = {"config": config, "hyperparameters": ZOO_CARTPOLE, "source": ZOO_SOURCE, "arms": arms}
+    return {**result, **comparisons(arms)}
 
 
-def iqm_interval(values: list[float]) -> list[float]:
-    """``[IQM, low, high]`` across seeds: the 95 % stratified-bootstrap interval of Agarwal et al. 2021."""
-    point, low, high = aggregates.stratified_bootstrap_ci({ENV_ID: values}, aggregates.iqm, seed=0)
-    return [point, low, high]
+def comparisons(arms: dict[str, Any]) -> dict[str, Any]:
+    """Each prioritized arm's AUC against the uniform arm's, as the registered protocol
+    (``recipes/studies/configs/per_vs_uniform.yaml``, ``sb3``) tests it: the difference test and the
+    equivalence test within ``equivalence_margin`` × the uniform arm's AUC IQM
+    (:func:`recipes.common.rl_metrics.compare`), and Holm–Bonferroni over these tests
+    (:func:`recipes.common.rl_metrics.holm`) beside them: ``{"comparisons": {arm: {...}}, "holm":
+    {...}}``; none where the uniform arm is missing or an arm has fewer than 2 seeds."""
+    protocol = load_protocol()["sb3"]
+    base = protocol["baseline"]
+    tests: dict[str, Any] = {}
+    if base in arms and len(arms[base]["auc"]) >= 2:
+        margin = rl_metrics.relative_margin(arms[base]["auc"], protocol["equivalence_margin"])
+        for arm, data in arms.items():
+            if arm != base and len(data["auc"]) >= 2:
+                tests[arm] = {
+                    "baseline": base,
+                    **rl_metrics.compare(data["auc"], arms[base]["auc"], margin=margin),
+                }
+    return {"comparisons": tests, "holm": rl_metrics.holm({arm: t["welch_p"] for arm, t in tests.items()})}
 
 
 def run_in_process(cfg: Config, tasks: list[tuple[str, int]]) -> dict[tuple[str, int], dict[str, Any]]:
@@ -314,7 +347,36 @@ def markdown_table(result: dict[str, Any]) -> str:
         )
     headers = ["arm", "replay", "AUC, IQM [95% CI]", "AUC per seed", "final, IQM [95% CI]"]
     headers += ["final per seed", "w̄ at the end", "s per run (with evaluations)"]
-    return "\n".join([*lines, outputs.markdown_table(headers, rows)]) + "\n"
+    return "\n".join([*lines, outputs.markdown_table(headers, rows), *test_lines(result)]) + "\n"
+
+
+def test_lines(result: dict[str, Any]) -> list[str]:
+    """The tests against uniform, one table row each (none in a JSON written before they were)."""
+    tests = result.get("comparisons", {})
+    if not tests:
+        return []
+    adjusted = result["holm"]["adjusted_p"]
+    rows = []
+    for arm, t in tests.items():
+        e = t["equivalence"]
+        rows.append(
+            [
+                f"{arm} − {t['baseline']}",
+                f"{_signed(t['difference'])} {t['verdict']}",
+                f"{t['welch_p']:.3f}",
+                f"{adjusted[arm]:.3f}",
+                f"{_signed(e['interval'])} {e['verdict']}",
+                f"{e['margin']:.1f}",
+            ]
+        )
+    headers = ["AUC IQM", "difference [95% CI] → verdict", "Welch p", "Holm-adjusted p"]
+    headers += ["[90% CI] → equivalence (TOST)", "margin m"]
+    return ["", outputs.markdown_table(headers, rows)]
+
+
+def _signed(values: list[float]) -> str:
+    point, low, high = values
+    return f"{point:+.1f} [{low:+.1f}, {high:+.1f}]"
 
 
 def _interval(values: list[float]) -> str:
@@ -349,7 +411,25 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     JSON, the plot and the table."""
     yes, args = launch.take_yes(sys.argv[1:] if argv is None else argv)
     cfg = parse(args)
-    launch.confirm(run_plan(cfg), yes)
-    result = {**run(cfg), "command": outputs.argv_command(PROG, args)}
+    if cfg.report:
+        result = rerender(Path(cfg.report), outputs.argv_command(PROG, args))
+    else:
+        launch.confirm(run_plan(cfg), yes)
+        result = {**run(cfg), "command": outputs.argv_command(PROG, args)}
     print(write_outputs(result, Path(cfg.out)))
     return result
+
+
+def rerender(path: Path, command: str) -> dict[str, Any]:
+    """A comparison's JSON recomputed from the runs it records (:func:`summarize`); its
+    ``command`` stays the one that ran them, ``rendered_by`` is ``command``."""
+    recorded = json.loads(path.read_text())
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("arms"), dict):
+        raise ValueError(
+            f"report should be a JSON this command wrote, with its arms, but got report={str(path)!r}"
+        )
+    runs = {arm: data["runs"] for arm, data in recorded["arms"].items()}
+    result = summarize(recorded["config"], runs)
+    if "command" in recorded:
+        result["command"] = recorded["command"]
+    return {**result, "rendered_by": command}

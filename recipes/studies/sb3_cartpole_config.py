@@ -82,8 +82,8 @@ ARMS: dict[str, tuple[str, dict[str, Any] | None]] = {
 class Config:
     """One comparison: each arm on the same seeds (environment, network initialisation, replay)."""
 
-    seeds: int = 5
-    """Independent runs per arm (seeds 0 .. seeds-1)."""
+    seeds: int = 10
+    """Independent runs per arm (seeds 0 .. seeds-1; the registered protocol's 10)."""
     timesteps: int = 50_000
     """Environment steps per run (the zoo's n_timesteps; SB3 rounds up to whole rollouts of 256)."""
     arms: str = "uniform,proportional,rank"
@@ -100,6 +100,9 @@ class Config:
     """Runs at a time, each in its own process with one torch thread."""
     out: str = "runs/sb3_cartpole"
     """Output prefix: writes <out>.json, <out>.png and <out>.md."""
+    report: str = ""
+    """A JSON this command wrote: recompute its statistics (IQMs, tests) from the runs it records and
+    write <out>.*; trains nothing (empty: run)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):  # every count
