@@ -344,9 +344,9 @@ def test_items_by_hand() -> None:
 @pytest.mark.parametrize("end_at", [None, 13])
 def test_frame_stack_windows(end_at: int | None) -> None:
     """With ``frame_stack=3`` an item's observations are the stacks added, rebuilt from frames
-    stored once (overlapping items share them): ``(B, W + 1, 3, *frame)``; full items come as
-    views of each frame gathered once, padded ones (an episode end) repeat the last
-    ``next_obs``."""
+    stored once (overlapping items share them): ``(B, W + 1, 3, *frame)``, a view of each frame
+    gathered once, also when items end early (an episode end): their padding, position ``L + d``,
+    is the last ``next_obs`` stack moved on by ``d`` frames, its last frame repeated."""
     replay = SequenceReplay(
         40, (2,), frame_stack=3, burn_in=2, length=3, period=2, obs_dtype=np.uint8, seed=0
     )
@@ -362,12 +362,21 @@ def test_frame_stack_windows(end_at: int | None) -> None:
     with replay.lock:
         batch = replay.gather(slots)
     assert batch.obs.shape == (slots.shape[0], 6, 3, 2)
+    padded = 0
     for b, start in enumerate(batch.generation.tolist()):
         n = int(batch.length[b])
+        padded += n < 5
+        final = stack(start + n)  # the last step's next_obs
         for j in range(6):
-            np.testing.assert_array_equal(batch.obs[b, j], stack(start + min(j, n)))
-    if end_at is None:
-        assert not batch.obs.flags.writeable and batch.obs.base is not None  # the shared-frame view
+            if j <= n:
+                np.testing.assert_array_equal(batch.obs[b, j], stack(start + j))
+            else:
+                moved = np.stack([final[min(j - n + f, 2)] for f in range(3)])
+                np.testing.assert_array_equal(batch.obs[b, j], moved)
+    assert padded > 0 if end_at is not None else padded == 0
+    # each frame gathered once: a read-only view of (B, W + frame_stack) frames
+    assert not batch.obs.flags.writeable and batch.obs.base is not None
+    assert batch.obs.strides[1] == batch.obs.strides[2]
 
 
 def fill(replay: SequenceReplay, steps: int, streams: int = 1, seed: int = 0) -> None:

@@ -78,10 +78,12 @@ class SequenceBatch(BatchMapping):
 
     obs: Obs
     """``(B, W + 1, *obs_shape)`` (``(B, W + 1, frame_stack, *obs_shape)`` with frame stacks;
-    dicts of such arrays for dict observations): index ``j`` is ``s_{t+j}``, index ``W`` the last
-    step's ``next_obs``; past an item's end the last valid one (its last step's ``next_obs``)
-    repeats.  With frame stacks it may be a read-only view of one array holding each frame of
-    the window once (stacks overlap): write to a copy."""
+    dicts of such arrays for dict observations): index ``j`` is ``s_{t+j}`` for ``j < L`` (``L =
+    length``), index ``L`` the last step's ``next_obs``.  Past ``L`` is padding, for the learner
+    to mask (``valid``): without frame stacks the last ``next_obs`` repeats; with them, position
+    ``L + d`` holds that stack moved on by ``d`` frames, its last frame repeated (what a view of
+    the window's frames, each stored once, reads there).  With frame stacks it is a read-only
+    view of one array holding each frame of the window once (stacks overlap): write to a copy."""
     action: Any
     """``(B, W, *action_shape)``."""
     reward: Any
@@ -608,7 +610,7 @@ class SequenceReplay:
 
     def _gather_obs(self, win: IntArray, lengths: IntArray, valid: npt.NDArray[np.bool_]) -> Obs:
         """``(B, W + 1, ...)`` observations: the steps' ``obs``, then the last step's
-        ``next_obs`` (repeated past the item's end).  Frames: one gather of pool rows."""
+        ``next_obs``, then padding (:class:`SequenceBatch`).  Frames: one gather of pool rows."""
         store = self.memory.store
         if isinstance(store, FrameStore):
             pool = store.pool

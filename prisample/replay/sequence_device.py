@@ -125,6 +125,13 @@ class SequenceDeviceSteps:
         steps = torch.arange(w, device=device)
         self._steps = steps
         self._band = (steps >= items.burn_in) & (steps < items.burn_in + items.length)
+        stack = getattr(memory.store, "frame_stack", 1)
+        positions = torch.arange(w + 1, device=device)
+        self._positions = positions[None, :]
+        """Observation positions ``j = 0 .. W``."""
+        self._position_frames = positions[:, None] + torch.arange(stack, device=device)[None, :]
+        """``j + f`` per position and frame of a stack: padding reads the final stack's frame
+        ``min(j + f - L, stack - 1)``."""
         self._host_row = np.full(c, -1, dtype=np.int64)
         self._free = np.arange(self.rows, dtype=np.int64)[::-1].copy()
         self._nfree = self.rows
@@ -271,7 +278,7 @@ class SequenceDeviceSteps:
             rows_state = {name: pool.index_select(0, rows) for name, pool in self.state.items()}
             state = rows_state[""] if self.single_state else rows_state
         return {
-            "obs": self._obs(flat, win[:, w - 1], valid, b),
+            "obs": self._obs(flat, win[:, w - 1], valid, lengths, b),
             "action": _steps_axis(columns["action"], b, w),
             "reward": _steps_axis(columns["reward"], b, w),
             "discount": _steps_axis(columns["discount"], b, w),
@@ -285,11 +292,13 @@ class SequenceDeviceSteps:
             },
         }
 
-    def _obs(self, flat: torch.Tensor, last: torch.Tensor, valid: torch.Tensor, b: int) -> Any:
+    def _obs(
+        self, flat: torch.Tensor, last: torch.Tensor, valid: torch.Tensor, lengths: torch.Tensor, b: int
+    ) -> Any:
         """``(B, W + 1, ...)`` observations: step ``j``'s ``obs`` while ``j < L``, then the last
-        step's ``next_obs`` (``last``: the last valid slot, the window's final entry)."""
+        step's ``next_obs`` (``last``: the last valid slot, the window's final entry), then the
+        padding of :class:`~prisample.replay.sequence.SequenceBatch`."""
         w = self.items.window
-        valid_ext = torch.cat([valid, torch.ones_like(valid[:, :1])], dim=1)
         store = self.memory.store
         if isinstance(store, FrameStore):
             pool = store.pool
@@ -298,10 +307,15 @@ class SequenceDeviceSteps:
             stack = store.frame_stack
             final = tables["next_rows"].view(b, w, stack)[:, w - 1 : w]
             both = torch.cat([tables["obs_rows"].view(b, w, stack), final], dim=1)
-            rows = torch.where(valid_ext[:, :, None], both, final).to(torch.int64)
+            # padding (position L + d) is the final stack moved on by d frames, as on the host
+            frame = (self._position_frames[None] - lengths[:, None, None]).clamp(0, stack - 1)
+            padding = torch.gather(final.expand(b, w + 1, stack), 2, frame)
+            steps = (self._positions < lengths[:, None])[:, :, None]
+            rows = torch.where(steps, both, padding).to(torch.int64)
             frames = pool.storage.as_frames(pool.storage.gather_bytes(rows.reshape(-1)), (b, w + 1, stack))
             return frames[:, :, 0] if stack == 1 else frames
         assert isinstance(store, DictStore)
+        valid_ext = torch.cat([valid, torch.ones_like(valid[:, :1])], dim=1)
         step_obs, next_obs = store.mirrors[0].gather(flat), store.mirrors[1].gather(last)
         out = {}
         for key in store.keys:

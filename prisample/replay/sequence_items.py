@@ -278,7 +278,8 @@ def _frame_rows(
     obs_rows: np.ndarray, next_rows: np.ndarray, win: np.ndarray, lengths: np.ndarray
 ) -> np.ndarray:
     """``(k, W + 1, frame_stack)`` frame rows of the items' observations: ``s_{t+j}`` for ``j <
-    L`` (the item's steps), then the last step's ``next_obs`` repeated."""
+    L`` (the item's steps), at ``L`` the last step's ``next_obs``, and past it (padding) that
+    stack moved on by one frame per position, its last frame repeated (see :func:`_shifted_rows`)."""
     k, window = win.shape
     stack = obs_rows.shape[1]
     rows = np.empty((k, window + 1, stack), dtype=np.int64)
@@ -287,7 +288,10 @@ def _frame_rows(
         last = win[b, n - 1]
         for j in range(window + 1):
             for f in range(stack):
-                rows[b, j, f] = obs_rows[win[b, j], f] if j < n else next_rows[last, f]
+                if j < n:
+                    rows[b, j, f] = obs_rows[win[b, j], f]
+                else:
+                    rows[b, j, f] = next_rows[last, min(j - n + f, stack - 1)]
     return rows
 
 
@@ -295,24 +299,28 @@ def _frame_rows(
 def _shifted_rows(
     obs_rows: np.ndarray, next_rows: np.ndarray, win: np.ndarray, lengths: np.ndarray
 ) -> tuple[np.ndarray, bool]:
-    """``(k, W + frame_stack)`` frame rows of the items' observations when every item has ``W``
-    steps whose stacks each move the previous one on by one frame (an episode's steps, frames
-    shared): the stack of ``s_{t+j}`` is rows ``j .. j + frame_stack``.  ``False`` otherwise."""
+    """``(k, W + frame_stack)`` frame rows holding each item's frames once, when its stacks each
+    move the previous one on by one frame (an episode's steps, frames shared): the stack of
+    ``s_{t+j}`` is rows ``j .. j + frame_stack``, for ``j <= L`` (``L`` the item's steps, ``s_{t+L}``
+    the last step's ``next_obs``).  Past ``L + frame_stack`` the rows repeat the last frame, so a
+    padded position ``L + d`` reads the last stack moved on by ``d`` frames, as :func:`_frame_rows`
+    defines it.  ``False`` when some stack does not continue the one before it."""
     k, window = win.shape
     stack = obs_rows.shape[1]
     rows = np.empty((k, window + stack), dtype=np.int64)
     for b in range(k):
-        if lengths[b] != window:
-            return rows, False
+        n = lengths[b]
         first = win[b, 0]
         for f in range(stack):
             rows[b, f] = obs_rows[first, f]
-        for j in range(1, window + 1):
-            here = next_rows[win[b, window - 1]] if j == window else obs_rows[win[b, j]]
+        for j in range(1, n + 1):
+            here = next_rows[win[b, n - 1]] if j == n else obs_rows[win[b, j]]
             for f in range(stack - 1):
                 if here[f] != rows[b, j + f]:
                     return rows, False
             rows[b, j + stack - 1] = here[stack - 1]
+        for m in range(n + stack, window + stack):
+            rows[b, m] = rows[b, n + stack - 1]
     return rows, True
 
 
@@ -554,14 +562,16 @@ class SequenceItems:
         self, obs_rows: npt.NDArray[Any], next_rows: npt.NDArray[Any], win: IntArray, lengths: IntArray
     ) -> IntArray:
         """``(k, W + 1, frame_stack)`` frame-pool rows of the items' observations (compiled): the
-        steps' ``obs`` stacks, then the last step's ``next_obs`` stack repeated."""
+        steps' ``obs`` stacks, the last step's ``next_obs`` stack, then past the item's end that
+        stack moved on by one frame per position, its last frame repeated."""
         return np.asarray(_frame_rows(obs_rows, next_rows, win, lengths))
 
     def shifted_rows(
         self, obs_rows: npt.NDArray[Any], next_rows: npt.NDArray[Any], win: IntArray, lengths: IntArray
     ) -> IntArray | None:
-        """``(k, W + frame_stack)`` frame rows holding each item's frames once, when every item
-        is full and its stacks move on by one frame each step (compiled); ``None`` otherwise."""
+        """``(k, W + frame_stack)`` frame rows holding each item's frames once, when its stacks
+        move on by one frame each step (compiled; padding as :meth:`frame_rows`); ``None``
+        otherwise."""
         rows, ok = _shifted_rows(obs_rows, next_rows, win, lengths)
         return np.asarray(rows) if ok else None
 
