@@ -28,7 +28,13 @@ from recipes.dqn.envs import EnvSpec, make_env
 from recipes.dqn.minstack import train_stacked
 from recipes.dqn.networks import QNetwork, make_optimizer
 from recipes.dqn.run import train
-from recipes.dqn.stack_parts import StackedAdam, check_stacked, load_payload, stacked_optimizer, stacked_td_loss
+from recipes.dqn.stack_parts import (
+    StackedAdam,
+    check_stacked,
+    load_payload,
+    stacked_optimizer,
+    stacked_td_loss,
+)
 from recipes.dqn.stacked import StackedQNetwork
 from recipes.dqn.update import Batch, OptimizerStep
 
@@ -81,7 +87,7 @@ def test_stacked_update_equals_separate_agents_on_minatar(tmp_path: Path) -> Non
     ``torch.optim.Adam`` and ``td_loss``, over 5 updates (a shared η, a shared rule or Adam's
     bias correction forgotten would fail this)."""
     cfgs = _configs(tmp_path)
-    nets = []
+    nets: list[QNetwork] = []
     for c in cfgs:
         torch.manual_seed(c.seed + len(nets))
         nets.append(QNetwork(c.network, MINATAR, c.hidden, c.shared_bias))
@@ -89,7 +95,9 @@ def test_stacked_update_equals_separate_agents_on_minatar(tmp_path: Path) -> Non
     stacked_target = StackedQNetwork(nets)
     opt = stacked_optimizer(cfgs, stacked.parameters(), torch.device("cpu"))
     assert isinstance(opt, StackedAdam)
-    step = OptimizerStep(stacked_td_loss(stacked, stacked_target, cfgs), list(stacked.parameters()), opt, graph=False)
+    step = OptimizerStep(
+        stacked_td_loss(stacked, stacked_target, cfgs), list(stacked.parameters()), opt, graph=False
+    )
     targets = [stacked_target.member(a) for a in range(len(cfgs))]
     singles = [
         OptimizerStep(
@@ -113,7 +121,7 @@ def test_check_stacked_names_the_field(tmp_path: Path) -> None:
     check_stacked(cfgs)  # arms and seeds may differ
     with pytest.raises(ValueError, match="batch_size"):
         check_stacked([*cfgs, _configs(tmp_path / "other", batch_size=4)[0]])
-    with pytest.raises(ValueError, match="priority_rule=.lap."):
+    with pytest.raises(ValueError, match="priority_rule='lap'"):
         check_stacked([_configs(tmp_path, priority_rule="lap", replay="proportional")[1]])
     with pytest.raises(ValueError, match="own run directory"):
         check_stacked([cfgs[0], cfgs[0]])
@@ -186,7 +194,9 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path: Path) -> None:
         for key, value in ck_whole[name].items():
             torch.testing.assert_close(value, ck_parts[name][key], rtol=0, atol=0)
     for key, value in ck_whole["optimizer"]["state"].items():
-        torch.testing.assert_close(value["exp_avg_sq"], ck_parts["optimizer"]["state"][key]["exp_avg_sq"], rtol=0, atol=0)
+        torch.testing.assert_close(
+            value["exp_avg_sq"], ck_parts["optimizer"]["state"][key]["exp_avg_sq"], rtol=0, atol=0
+        )
     assert _same(ck_whole["replays"], ck_parts["replays"])
     assert ck_whole["rngs"] == ck_parts["rngs"]
 
@@ -198,7 +208,7 @@ def _same(x: Any, y: Any) -> bool:
     if isinstance(x, (list, tuple)):
         return isinstance(y, (list, tuple)) and len(x) == len(y) and all(map(_same, x, y))
     if isinstance(x, (np.ndarray, torch.Tensor)):
-        return bool(np.array_equal(np.asarray(x), np.asarray(y), equal_nan=x.dtype.kind == "f"))
+        return bool(np.array_equal(np.asarray(x), np.asarray(y), equal_nan=np.asarray(x).dtype.kind == "f"))
     return bool(x == y)
 
 

@@ -151,7 +151,7 @@ class _Agents:
         self.q.load_state_dict(ck["q"])
         self.q_target.load_state_dict(ck["q_target"])
         self.optimizer.load_state_dict(ck["optimizer"])
-        for a, c in enumerate(self.cfgs):
+        for a in range(len(self.cfgs)):
             self.replays[a].load_state_dict(ck["replays"][a])
             self.rngs[a].bit_generator.state = ck["rngs"][a]
             self.evaluators[a].load_state_dict(ck["evaluators"][a])
@@ -189,9 +189,11 @@ def train_stacked(
     stop_after: int | None = None,
     time_budget_s: float | None = None,
     progress: bool = True,
+    position: int = 0,
 ) -> dict[str, Any]:
     """Train the agents of ``cfgs`` (one per config, :func:`~recipes.dqn.stack_parts.check_stacked`)
-    in this process; continue from ``checkpoint`` when it exists.
+    in this process; continue from ``checkpoint`` when it exists (``position``: the progress bar's
+    line, for processes side by side).
 
     The process stops at ``total_steps`` agent steps of each agent, or earlier at ``stop_after``
     steps or after ``time_budget_s`` seconds of this call, writing ``checkpoint`` then (and every
@@ -202,8 +204,12 @@ def train_stacked(
     for name, value in (("checkpoint_every", checkpoint_every), ("stop_after", stop_after)):
         if value is not None and value < 1:
             raise ValueError(f"{name} should be >= 1 or None, but got {name}={value}")
-    if (checkpoint_every is not None or stop_after is not None or time_budget_s is not None) and checkpoint is None:
-        raise ValueError("checkpoint should be a path when the process checkpoints or stops early, but got None")
+    if (
+        checkpoint_every is not None or stop_after is not None or time_budget_s is not None
+    ) and checkpoint is None:
+        raise ValueError(
+            "checkpoint should be a path when the process checkpoints or stops early, but got None"
+        )
     started = time.perf_counter()
     cfg = cfgs[0]
     torch.set_num_threads(cfg.threads)
@@ -226,6 +232,7 @@ def train_stacked(
         disable=not progress,
         dynamic_ncols=True,
         smoothing=0.05,
+        position=position,
     )
 
     def learn(at: list[tuple[float, float, float]]) -> None:
@@ -236,7 +243,9 @@ def train_stacked(
         clock.due += n
         while clock.due >= cfg.replay_period:
             with timer("sample"):  # PER: j ~ P_a(j) with each agent's α and β (line 9), w_j (line 10)
-                drawn = [draw(r, cfg.batch_size, a_b[1], a_b[2]) for r, a_b in zip(agents.replays, at, strict=True)]
+                drawn = [
+                    draw(r, cfg.batch_size, a_b[1], a_b[2]) for r, a_b in zip(agents.replays, at, strict=True)
+                ]
                 parts = [as_batch(sample, d.weights, device) for sample, d in drawn]
                 batch = Batch(*(torch.stack(column) for column in zip(*parts, strict=True)))
             with timer("learn"):  # Δ += w_j δ_j ∇Q_a for every agent at once (lines 11-15)
@@ -273,14 +282,20 @@ def train_stacked(
             sync_target(agents.q, agents.q_target)
             clock.next_target += cfg.target_update_period
         if clock.step >= clock.next_eval:
-            scores = [e.select(agents.q.member(a), clock.next_eval).score for a, e in enumerate(agents.evaluators)]
+            scores = [
+                e.select(agents.q.member(a), clock.next_eval).score for a, e in enumerate(agents.evaluators)
+            ]
             clock.next_eval += cfg.eval_every
-            bar.set_postfix_str(f"eval mean {np.nanmean(scores) if np.isfinite(scores).any() else np.nan:.2f}")
+            bar.set_postfix_str(
+                f"eval mean {np.nanmean(scores) if np.isfinite(scores).any() else np.nan:.2f}"
+            )
         if clock.step >= clock.next_log:  # PER: each agent's row logs its α, β, max priority, weights
             steps_per_s = rate(clock.step)
             for a, st in enumerate(agents.states):
                 st.step, st.updates = clock.step, clock.updates
-                agents.loggers[a].log("metrics", clock.step, metrics_row(st, epsilon, agents.replays[a], steps_per_s))
+                agents.loggers[a].log(
+                    "metrics", clock.step, metrics_row(st, epsilon, agents.replays[a], steps_per_s)
+                )
             clock.next_log += cfg.log_every
         if clock.next_checkpoint is not None and clock.step >= clock.next_checkpoint:
             assert checkpoint is not None
@@ -288,7 +303,8 @@ def train_stacked(
             clock.next_checkpoint += checkpoint_every or 0
     bar.close()
     wall = time.perf_counter() - started
-    summary = {
+    results: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {
         "env": cfg.env,
         "stopped": stopped,
         "agents": [{"arm": c.arm, "seed": c.seed, "run_dir": str(run_dir(c))} for c in cfgs],
@@ -298,20 +314,23 @@ def train_stacked(
         "agent_steps_per_s": A * (clock.step - first_step) / wall,
         "learning_phase": timer.learning_phase(clock.step, clock.updates),
         "timing_s": dict(timer.totals),
-        "results": [],
+        "results": results,
     }
     if checkpoint is not None:  # at the end too: a finished process resumed only finishes again
         save_payload(checkpoint, agents.payload(clock))
     if stopped != "done":
-        for env, evaluator in zip(agents.envs, agents.evaluators, strict=True):
+        for env, evaluator, logger in zip(agents.envs, agents.evaluators, agents.loggers, strict=True):
             env.close()
             evaluator.env.close()
+            logger.close()
         return summary
     for a, (c, st) in enumerate(zip(cfgs, agents.states, strict=True)):
         st.step, st.updates, st.timer = clock.step, clock.updates, timer
         parts = {"q": agents.q.member(a), "evaluator": agents.evaluators[a]}
-        done = finish(c, st, agents.envs[a], parts, stopped, started, agents.loggers[a], write_checkpoint=False)
-        summary["results"].append(asdict(done))
+        done = finish(
+            c, st, agents.envs[a], parts, stopped, started, agents.loggers[a], write_checkpoint=False
+        )
+        results.append(asdict(done))
     return summary
 
 

@@ -153,7 +153,10 @@ def stacked_td_loss(q: nn.Module, q_target: nn.Module, cfgs: Sequence[DDQNConfig
         obs, action, reward, discount, next_obs, weights = batch
         delta = td_error(q, q_target, obs, action, reward, discount, next_obs)
         per_agent = torch.stack(
-            [weighted_td_loss(d, w, cfg.clip_td, cfg.loss_reduction) for d, w in zip(delta, weights, strict=True)]
+            [
+                weighted_td_loss(d, w, cfg.clip_td, cfg.loss_reduction)
+                for d, w in zip(delta, weights, strict=True)
+            ]
         )
         delta = delta.detach()
         absolute = torch.where(clip_rows, delta.clamp(-1.0, 1.0), delta).abs()  # PER: p = |δ|
