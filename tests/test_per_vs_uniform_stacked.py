@@ -16,7 +16,7 @@ pytest.importorskip("tqdm")
 pytest.importorskip("cloudpickle")
 pytest.importorskip("matplotlib")
 
-from recipes.studies import per_vs_uniform, per_vs_uniform_config
+from recipes.studies import per_vs_uniform, per_vs_uniform_config, per_vs_uniform_stacked
 from recipes.studies.per_vs_uniform_config import StackedConfig, parse_command, stacked_plan
 from recipes.studies.per_vs_uniform_stacked import checkpoint_path, run_stacked, train_env
 
@@ -46,19 +46,19 @@ def test_stacked_command_parses_and_refuses_bad_options(capsys: pytest.CaptureFi
 def test_plan_takes_the_measured_rate_of_as_many_agents(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """12 agents per process (3 arms x 4 seeds): the benchmark's run with 12 agents gives the rate."""
-    measured = {
-        "runs": [{"agents": 4, "agent_steps_per_s": 100.0}, {"agents": 12, "agent_steps_per_s": 600.0}]
-    }
-    (tmp_path / "bench.json").write_text(json.dumps(measured))
-    monkeypatch.setattr(per_vs_uniform_config, "STACKED_RATE", str(tmp_path / "bench.json"))
-    plan = stacked_plan(StackedConfig(envs=(ENV, "MinAtar/Asterix-v1"), jobs=2))
+    """A process trains every registered arm x seed: the benchmark's run with that many agents gives
+    the rate, two processes side by side."""
     registered = per_vs_uniform_config.load_protocol()["envs"][ENV]
     agents = len(registered["arms"]) * len(registered["seeds"])
+    runs = [
+        {"agents": agents - 1, "agent_steps_per_s": 100.0},
+        {"agents": agents, "agent_steps_per_s": 600.0},
+    ]
+    (tmp_path / "bench.json").write_text(json.dumps({"runs": runs}))
+    monkeypatch.setattr(per_vs_uniform_config, "STACKED_RATE", str(tmp_path / "bench.json"))
+    plan = stacked_plan(StackedConfig(envs=(ENV, "MinAtar/Asterix-v1"), jobs=2))
     assert plan.steps == 2 * agents * registered["total_steps"]
-    assert plan.rate is not None and plan.rate.steps_per_s == (
-        600.0 if agents == 12 else plan.rate.steps_per_s
-    )
+    assert plan.rate is not None and plan.rate.steps_per_s == 600.0
     assert plan.estimate_s() == pytest.approx(plan.steps / (plan.rate.steps_per_s * 2))
     monkeypatch.setattr(per_vs_uniform_config, "STACKED_RATE", str(tmp_path / "missing.json"))
     assert stacked_plan(StackedConfig(envs=(ENV,))).rate is None
@@ -82,7 +82,13 @@ def test_stopped_process_continues_to_the_same_record(tmp_path: Path) -> None:
     assert again["reused"] and len(again["results"]) == len(whole[ENV])
 
 
-def test_agents_that_cannot_stack_are_refused_before_anything_runs(tmp_path: Path) -> None:
+def test_agents_that_cannot_stack_are_refused_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def started(*_: Any, **__: Any) -> None:
+        raise AssertionError("a process started before every environment's agents were checked")
+
+    monkeypatch.setattr(per_vs_uniform_stacked, "train_stacked", started)
     config = _config(tmp_path / "refused", set={**TINY, "optimizer": "rmsprop"})
     with pytest.raises(ValueError, match="optimizer"):
         run_stacked(config, [])
