@@ -59,7 +59,7 @@ def test_plan_takes_the_measured_rate_of_as_many_agents(
     plan = stacked_plan(StackedConfig(envs=(ENV, "MinAtar/Asterix-v1"), jobs=2))
     assert plan.steps == 2 * agents * registered["total_steps"]
     assert plan.rate is not None and plan.rate.steps_per_s == 600.0
-    assert plan.estimate_s() == pytest.approx(plan.steps / (plan.rate.steps_per_s * 2))
+    assert plan.estimate_s() == pytest.approx(2 * agents * registered["total_steps"] / (600.0 * 2))
     monkeypatch.setattr(per_vs_uniform_config, "STACKED_RATE", str(tmp_path / "missing.json"))
     assert stacked_plan(StackedConfig(envs=(ENV,))).rate is None
 

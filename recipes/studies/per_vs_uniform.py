@@ -41,7 +41,6 @@ import numpy as np
 
 from recipes.common import launch, outputs, rl_metrics
 from recipes.dqn import sweep_report as report
-from recipes.dqn.config import DDQNConfig
 from recipes.dqn.sweep import run_all
 from recipes.studies.per_vs_uniform_config import (
     COMMANDS,
@@ -66,7 +65,6 @@ __all__ = [
     "ReportConfig",
     "RunConfig",
     "StackedConfig",
-    "env_record",
     "env_runs",
     "gather",
     "load_protocol",
@@ -94,34 +92,8 @@ def run(config: RunConfig, argv: list[str]) -> dict[str, Any]:
         started = time.perf_counter()
         finished = run_all(runs, names, config.jobs, out_dir / f"{stem}.json", desc=env, reuse=True)
         wall = time.perf_counter() - started
-        curves_by_env[env] = env_record(env, runs[0], finished, config.jobs, command, wall, out_dir)
+        curves_by_env[env] = report.write_record(env, runs[0], finished, config.jobs, command, wall, out_dir)
     return curves_by_env
-
-
-def env_record(
-    env: str,
-    first: DDQNConfig,
-    finished: list[dict[str, Any]],
-    jobs: int,
-    command: str,
-    wall: float,
-    out_dir: Path,
-) -> dict[str, Any]:
-    """One environment's sweep record from its finished runs' ``result.json`` records (each with
-    its curve's name as ``label``): ``<env>.json`` curves, ``.md`` table, ``.png`` and
-    ``_weights.png``; returns the curves."""
-    stem = env.replace("/", "_")
-    curves = report.collect(finished)
-    table = report.markdown(first, jobs, command, finished, curves, wall, stem)
-
-    def figures(_: Path) -> list[Path]:
-        return [
-            report.plot(curves, out_dir / f"{stem}.png", title=env),
-            report.plot(curves, out_dir / f"{stem}_weights.png", title=env, metric="weight_mean"),
-        ]
-
-    outputs.write_results(out_dir, stem, curves, table, figures, compact_lists=True)
-    return curves
 
 
 # -- report ------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from recipes.common import outputs
 from recipes.dqn.minstack import train_stacked
 from recipes.dqn.stack_parts import check_stacked
 from recipes.dqn.sweep import finished_result
-from recipes.studies.per_vs_uniform import env_record
+from recipes.dqn.sweep_report import write_record
 from recipes.studies.per_vs_uniform_config import PROG, StackedConfig, env_runs, load_protocol
 
 __all__ = ["checkpoint_path", "run_stacked", "train_env"]
@@ -89,7 +89,7 @@ def run_stacked(config: StackedConfig, argv: list[str]) -> dict[str, Any]:
             )
             return
         first = planned[env][0][0]
-        curves[env] = env_record(
+        curves[env] = write_record(
             env, first, outcome["results"], config.jobs, command, outcome["wall_s"], out_dir
         )
         what = "reused" if outcome["reused"] else f"{outcome['agent_steps_per_s']:,.0f} agent steps/s"
