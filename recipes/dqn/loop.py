@@ -284,15 +284,19 @@ def finish(
     stopped: str,
     started: float,
     logger: Logger,
+    *,
+    write_checkpoint: bool = True,
 ) -> RunResult:
     """Last evaluation, the best policy re-evaluated on fresh episodes (App. B.2.3), the final
-    checkpoint and ``result.json``."""
+    checkpoint (unless ``write_checkpoint`` is false: stacked agents keep one for their process)
+    and ``result.json``."""
     learning = state.timer.learning_phase(state.step, state.updates)  # before the final evaluation
     evaluator: Evaluator = parts["evaluator"]
     record = evaluator.record
     if stopped == "done" and (not record.steps or record.steps[-1] < state.step):
         evaluator.select(parts["q"], state.step)
-    save_checkpoint(run_dir(cfg) / "checkpoint.pt", checkpoint(cfg, state, env, parts))
+    if write_checkpoint:
+        save_checkpoint(run_dir(cfg) / "checkpoint.pt", checkpoint(cfg, state, env, parts))
     best = evaluator.reevaluate_best(parts["q"]) if stopped != "stop_after" else None
     logger.close()
     env.close()

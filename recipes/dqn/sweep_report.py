@@ -286,3 +286,30 @@ def _interval(values: list[float]) -> str:
         return "–"
     point, low, high = rl_metrics.iqm_interval(finite)
     return f"{point:.1f} [{low:.1f}, {high:.1f}]"
+
+
+def write_record(
+    env: str,
+    first: DDQNConfig,
+    finished: list[dict[str, Any]],
+    jobs: int,
+    command: str,
+    wall: float,
+    out_dir: Path,
+) -> dict[str, Any]:
+    """One environment's sweep record (``per-vs-uniform run`` and ``stacked``) from its finished
+    runs' ``result.json`` records (each with its curve's name as ``label``): ``<env>.json``
+    curves, ``.md`` table (``jobs``: processes side by side), ``.png`` and ``_weights.png``;
+    returns the curves."""
+    stem = env.replace("/", "_")
+    curves = collect(finished)
+    table = markdown(first, jobs, command, finished, curves, wall, stem)
+
+    def figures(_: Path) -> list[Path]:
+        return [
+            plot(curves, out_dir / f"{stem}.png", title=env),
+            plot(curves, out_dir / f"{stem}_weights.png", title=env, metric="weight_mean"),
+        ]
+
+    outputs.write_results(out_dir, stem, curves, table, figures, compact_lists=True)
+    return curves

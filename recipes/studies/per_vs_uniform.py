@@ -15,11 +15,14 @@ whose sign is the verdict (``recipes/common/rl_metrics.py``).
 Commands (each prints its usage without arguments)::
 
     python -m recipes.studies per-vs-uniform run --envs CartPole-v1 --jobs 2  # runs/per_vs_uniform/<env>.*
+    python -m recipes.studies per-vs-uniform stacked --envs MinAtar/Breakout-v1,MinAtar/Asterix-v1 --jobs 2
     python -m recipes.studies per-vs-uniform report --sb3 runs/sb3_cartpole.json \\
         --out docs/results/per_vs_uniform                                  # .json, .md, .png
 
-``run`` trains every (arm, seed) of the named environments and writes, per environment, the sweep
-record of ``recipes/dqn/sweep.py`` (``<env>.json`` curves, ``.png``, ``_weights.png``, ``.md``);
+``run`` trains every (arm, seed) of the named environments (``stacked``: every agent of one
+environment in one resumable process, :mod:`recipes.studies.per_vs_uniform_stacked`) and writes,
+per environment, the sweep record of ``recipes/dqn/sweep.py`` (``<env>.json`` curves, ``.png``,
+``_weights.png``, ``.md``);
 ``report`` reads those (and the Stable-Baselines3 comparison's JSON, ``recipes/studies/sb3_cartpole.py``)
 and writes ``per_vs_uniform.json``: ``{"protocol": <the YAML as registered>, "envs": {env: {arm:
 {"seeds", "auc", "final", "weight_mean_last", ...}}}, "aggregates": {env: {arm: {"auc_iqm",
@@ -52,10 +55,12 @@ from recipes.studies.per_vs_uniform_config import (
     PROTOCOL,
     ReportConfig,
     RunConfig,
+    StackedConfig,
     env_runs,
     load_protocol,
     parse_command,
     run_plan,
+    stacked_plan,
 )
 
 __all__ = [
@@ -65,6 +70,7 @@ __all__ = [
     "SB3_ENV",
     "ReportConfig",
     "RunConfig",
+    "StackedConfig",
     "env_runs",
     "family",
     "gather",
@@ -88,23 +94,13 @@ def run(config: RunConfig, argv: list[str]) -> dict[str, Any]:
     out_dir = Path(config.runs)
     planned = {env: env_runs(protocol, env, config) for env in config.envs}  # all checked before any runs
     curves_by_env = {}
+    command = outputs.argv_command(f"{PROG} run", argv)
     for env, (runs, names) in planned.items():
         stem = env.replace("/", "_")
         started = time.perf_counter()
         finished = run_all(runs, names, config.jobs, out_dir / f"{stem}.json", desc=env, reuse=True)
         wall = time.perf_counter() - started
-        curves = report.collect(finished)
-        command = outputs.argv_command(f"{PROG} run", argv)
-        table = report.markdown(runs[0], config.jobs, command, finished, curves, wall, stem)
-
-        def figures(_: Path, curves: dict[str, Any] = curves, stem: str = stem, env: str = env) -> list[Path]:
-            return [
-                report.plot(curves, out_dir / f"{stem}.png", title=env),
-                report.plot(curves, out_dir / f"{stem}_weights.png", title=env, metric="weight_mean"),
-            ]
-
-        outputs.write_results(out_dir, stem, curves, table, figures, compact_lists=True)
-        curves_by_env[env] = curves
+        curves_by_env[env] = report.write_record(env, runs[0], finished, config.jobs, command, wall, out_dir)
     return curves_by_env
 
 
@@ -370,12 +366,17 @@ def write_report(config: ReportConfig, argv: list[str]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> Any:
-    """``python -m recipes.studies per-vs-uniform run|report [options]``.  Before ``run`` trains,
+    """``python -m recipes.studies per-vs-uniform run|stacked|report [options]``.  Before ``run`` trains,
     what it will run and its estimated time are printed (and asked about on a terminal when over an
     hour; ``--yes`` does not ask); ``report`` runs nothing and prints no summary."""
     yes, options = launch.take_yes(sys.argv[1:] if argv is None else argv)
     config = parse_command(options)
     if isinstance(config, ReportConfig):
         return write_report(config, options[1:])
+    if isinstance(config, StackedConfig):
+        from recipes.studies.per_vs_uniform_stacked import run_stacked
+
+        launch.confirm(stacked_plan(config), yes)
+        return run_stacked(config, options[1:])
     launch.confirm(run_plan(config), yes)
     return run(config, options[1:])

@@ -30,10 +30,12 @@ __all__ = [
     "RESULTS",
     "ReportConfig",
     "RunConfig",
+    "StackedConfig",
     "env_runs",
     "load_protocol",
     "parse_command",
     "run_plan",
+    "stacked_plan",
 ]
 
 PROG = "python -m recipes.studies per-vs-uniform"
@@ -44,6 +46,9 @@ RESULTS = {
     "MinAtar/Asterix-v1": "docs/results/per_vs_uniform_minatar_asterix.json",
 }
 """The committed runs of each registered environment: their agent steps/s give the estimate."""
+STACKED_RATE = "benchmarks/minatar_stack.json"
+"""The stacked engine's measured throughput (``python -m benchmarks.minatar_stack``): the agent
+steps/s per process of the run with as many agents as a process of ``stacked`` trains."""
 
 
 def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
@@ -89,11 +94,58 @@ class ReportConfig:
     docs/results/per_vs_uniform)."""
 
 
-def env_runs(protocol: dict[str, Any], env: str, config: RunConfig) -> tuple[list[DDQNConfig], list[str]]:
+@dataclass(frozen=True)
+class StackedConfig:
+    """Train the registered arms × seeds of some environments with the stacked engine: every agent
+    of one environment in one process (``python -m recipes.dqn`` ``minstack``), resumable."""
+
+    envs: tuple[str, ...]
+    """Environments of the protocol to run, a comma list (e.g. MinAtar/Breakout-v1,MinAtar/Asterix-v1)."""
+    jobs: int = 2
+    """Environments trained at once, one process and one torch thread each."""
+    runs: str = "runs/per_vs_uniform"
+    """Folder of the results: <runs>/<env>.json, .png, _weights.png, .md, the run directories under
+    <runs>/runs, and each environment's process checkpoint under <runs>/stacked."""
+    seeds: int | None = None
+    """Only the first this many of each environment's registered seeds (a quick check; None: all)."""
+    total_steps: int | None = None
+    """Override the registered steps (a quick check only; None: as registered)."""
+    set: dict[str, Any] | None = None
+    """Fields of every run, as JSON, on top of the protocol (a quick check only)."""
+    checkpoint_every: int = 50_000
+    """Agent steps (of each agent) between the process's checkpoints."""
+    stop_after: int | None = None
+    """Stop each process (with a checkpoint) once its agents reach this many steps; the same command
+    later continues from there.  None: run to the end."""
+    time_budget_s: float | None = None
+    """Stop each process (with a checkpoint) after this many seconds; None: no limit."""
+    progress: bool = True
+    """Show each process's progress bar of agent steps."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.envs, str):
+            object.__setattr__(self, "envs", tuple(e.strip() for e in self.envs.split(",") if e.strip()))
+        cli.subset_of(self, "envs", tuple(load_protocol()["envs"]))
+        cli.at_least(self, 1, "jobs", "seeds", "total_steps", "checkpoint_every", "stop_after")
+        cli.require(
+            self.time_budget_s is None or self.time_budget_s > 0,
+            "time_budget_s",
+            "be > 0",
+            self.time_budget_s,
+        )
+
+
+def env_runs(
+    protocol: dict[str, Any], env: str, config: RunConfig | StackedConfig
+) -> tuple[list[DDQNConfig], list[str]]:
     """Every registered (arm, seed) run of ``env``, seed by seed: the arm file on the family's and
     protocol's files, the environment's ``set``, then the arm's ``set``; and each run's curve name.
     An arm runs the environment's ``seeds`` unless it registers ``seeds`` of its own (a subset of
     the environment's); ``config.seeds`` keeps the first that many of the environment's."""
+    if isinstance(config, StackedConfig):  # the same runs as ``run`` would train them
+        config = RunConfig(
+            config.envs, config.jobs, config.runs, config.seeds, config.total_steps, config.set
+        )
     spec = protocol["envs"][env]
     seeds = spec["seeds"][: config.seeds] if config.seeds is not None else spec["seeds"]
     for name, arm in spec["arms"].items():
@@ -128,6 +180,8 @@ def env_runs(protocol: dict[str, Any], env: str, config: RunConfig) -> tuple[lis
 
 COMMANDS = {
     "run": "train the registered arms x seeds of some environments (per environment: JSON, table, plots)",
+    "stacked": "train the registered arms x seeds of some environments, every agent of one environment "
+    "in one resumable process (the stacked engine); then the same records as run",
     "report": "gather every environment's runs into one JSON, table and plot, with the verdicts",
 }
 """The study's commands and their summaries (``--help`` lists them)."""
@@ -136,13 +190,17 @@ EPILOG = (
 )
 
 
-def parse_command(argv: Sequence[str] | None = None) -> RunConfig | ReportConfig:
+def parse_command(argv: Sequence[str] | None = None) -> RunConfig | StackedConfig | ReportConfig:
     """``run|report [options]``: the config of the command; every run of ``run`` is built
     (:func:`env_runs`), so that a bad one is refused before any starts.  No command prints the usage."""
     command, options = cli.subcommand(list(argv or []) or ["--help"], COMMANDS, prog=PROG, epilog=EPILOG)
     if command == "report":
         return cli.parse(ReportConfig, options, prog=f"{PROG} report", epilog=EPILOG)
-    config = cli.parse(RunConfig, options, prog=f"{PROG} run", epilog=EPILOG)
+    config: RunConfig | StackedConfig
+    if command == "stacked":
+        config = cli.parse(StackedConfig, options, prog=f"{PROG} stacked", epilog=EPILOG)
+    else:
+        config = cli.parse(RunConfig, options, prog=f"{PROG} run", epilog=EPILOG)
     protocol = load_protocol()
     with cli.reporting():
         for env in config.envs:
@@ -192,4 +250,32 @@ def run_plan(config: RunConfig) -> RunPlan:
         rate=rate,
         exact=exact,
         parallel=max(1, min(config.jobs, runs, os.cpu_count() or 1)),
+    )
+
+
+def stacked_plan(config: StackedConfig) -> RunPlan:
+    """What ``stacked`` is about to train: per environment one process of all its (arm, seed)
+    agents, ``jobs`` processes at once; the rate is the measured one for that many agents, if any."""
+    protocol = load_protocol()
+    per_env = {env: env_runs(protocol, env, config)[0] for env in config.envs}
+    steps = sum(_steps(r) for runs in per_env.values() for r in runs)
+    agents = max(len(runs) for runs in per_env.values())
+    label = f"{agents} agents stacked in one process"
+    rate = launch.measured(
+        STACKED_RATE,
+        label,
+        lambda d: next(r["agent_steps_per_s"] for r in d["runs"] if r["agents"] == agents),
+    )
+    counts = ", ".join(f"{len(per_env[env])} agents on {env}" for env in config.envs)
+    return RunPlan(
+        command=f"{PROG} stacked",
+        what=f"{counts}, one process each (finished ones under {config.runs} are reused, "
+        f"stopped ones resume from {config.runs}/stacked)",
+        steps=steps,
+        out_dir=f"{config.runs}/<env>.json, .png, .md and runs under {config.runs}/runs",
+        short="--seeds 1 --total_steps 2000 --set '{\"eval_every\": 1000}'",
+        rate=rate,
+        exact=rate is not None and config.set is None and config.total_steps is None,
+        time_budget_s=config.time_budget_s,
+        parallel=max(1, min(config.jobs, len(config.envs), os.cpu_count() or 1)),
     )

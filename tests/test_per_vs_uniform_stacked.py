@@ -1,0 +1,95 @@
+"""The registered study through the stacked engine (recipes/studies/per_vs_uniform_stacked.py):
+its command line, its plan, a tiny run stopped and continued, and what it refuses up front."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("gymnasium")
+pytest.importorskip("minatar")
+pytest.importorskip("yaml")
+pytest.importorskip("tqdm")
+pytest.importorskip("cloudpickle")
+pytest.importorskip("matplotlib")
+
+from recipes.studies import per_vs_uniform, per_vs_uniform_config, per_vs_uniform_stacked
+from recipes.studies.per_vs_uniform_config import StackedConfig, parse_command, stacked_plan
+from recipes.studies.per_vs_uniform_stacked import checkpoint_path, run_stacked, train_env
+
+ENV = "MinAtar/Breakout-v1"
+TINY = {"learning_starts": 100, "eval_every": 100, "eval_steps": 60, "memory_size": 500, "log_every": 50}
+
+
+def _config(runs: Path, **extra: Any) -> StackedConfig:
+    values: dict[str, Any] = dict(envs=ENV, jobs=1, runs=str(runs), seeds=1, total_steps=300, set=TINY)
+    values.update(extra)
+    values["progress"] = False
+    return StackedConfig(**values)
+
+
+def test_stacked_command_parses_and_refuses_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
+    config = parse_command(["stacked", "--envs", ENV, "--checkpoint_every", "1000"])
+    assert isinstance(config, StackedConfig) and config.envs == (ENV,) and config.checkpoint_every == 1000
+    with pytest.raises(SystemExit):
+        parse_command(["stacked", "--envs", "MinAtar/Pong-v1"])
+    assert "envs" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="time_budget_s"):
+        StackedConfig(envs=(ENV,), time_budget_s=0.0)
+    with pytest.raises(SystemExit):
+        per_vs_uniform.main(["stacked"])  # --envs is required
+
+
+def test_plan_takes_the_measured_rate_of_as_many_agents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process trains every registered arm x seed: the benchmark's run with that many agents gives
+    the rate, two processes side by side."""
+    registered = per_vs_uniform_config.load_protocol()["envs"][ENV]
+    agents = len(registered["arms"]) * len(registered["seeds"])
+    runs = [
+        {"agents": agents - 1, "agent_steps_per_s": 100.0},
+        {"agents": agents, "agent_steps_per_s": 600.0},
+    ]
+    (tmp_path / "bench.json").write_text(json.dumps({"runs": runs}))
+    monkeypatch.setattr(per_vs_uniform_config, "STACKED_RATE", str(tmp_path / "bench.json"))
+    plan = stacked_plan(StackedConfig(envs=(ENV, "MinAtar/Asterix-v1"), jobs=2))
+    assert plan.steps == 2 * agents * registered["total_steps"]
+    assert plan.rate is not None and plan.rate.steps_per_s == 600.0
+    assert plan.estimate_s() == pytest.approx(2 * agents * registered["total_steps"] / (600.0 * 2))
+    monkeypatch.setattr(per_vs_uniform_config, "STACKED_RATE", str(tmp_path / "missing.json"))
+    assert stacked_plan(StackedConfig(envs=(ENV,))).rate is None
+
+
+def test_stopped_process_continues_to_the_same_record(tmp_path: Path) -> None:
+    """Stopped at 150 steps and run again: the sweep record of one uninterrupted run; a third call
+    reuses the finished runs without training."""
+    whole = run_stacked(_config(tmp_path / "whole"), [])
+    assert run_stacked(_config(tmp_path / "parts", stop_after=150), []) == {}
+    assert checkpoint_path(_config(tmp_path / "parts"), ENV).exists()
+    assert not (tmp_path / "parts" / "MinAtar_Breakout-v1.json").exists()
+    parts = run_stacked(_config(tmp_path / "parts"), [])
+    for name, curve in whole[ENV].items():
+        assert parts[ENV][name]["returns"] == curve["returns"]
+        assert parts[ENV][name]["steps"] == curve["steps"] == [100, 200, 300]
+    assert set(whole[ENV]) == set(per_vs_uniform_config.load_protocol()["envs"][ENV]["arms"])
+    record = json.loads((tmp_path / "parts" / "MinAtar_Breakout-v1.json").read_text())
+    assert record.keys() == whole[ENV].keys()
+    again = train_env(ENV, _config(tmp_path / "parts"))
+    assert again["reused"] and len(again["results"]) == len(whole[ENV])
+
+
+def test_agents_that_cannot_stack_are_refused_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def started(*_: Any, **__: Any) -> None:
+        raise AssertionError("a process started before every environment's agents were checked")
+
+    monkeypatch.setattr(per_vs_uniform_stacked, "train_stacked", started)
+    config = _config(tmp_path / "refused", set={**TINY, "optimizer": "rmsprop"})
+    with pytest.raises(ValueError, match="optimizer"):
+        run_stacked(config, [])
+    assert not (tmp_path / "refused").exists()
