@@ -77,7 +77,8 @@ def test_protocol_is_what_the_issue_registers() -> None:
     }
     assert seeds_of["proportional lr_divisor=1"] == list(range(10))
     assert names.count("rank") == 20 and names.count("proportional lr_divisor=1") == 10
-    assert protocol["amended"][-1].startswith("2026-11-28, before any run")
+    assert protocol["amended"][-2].startswith("2026-11-28, before any run")
+    assert protocol["amended"][-1].startswith("2026-11-28, before any run of the amended MinAtar")
     assert len(protocol["sb3"]["seeds"]) == 10 and protocol["sb3"]["equivalence_margin"] == 0.1
     assert all(spec["equivalence_margin"] == 0.1 for spec in protocol["envs"].values())
     step = {name: run.lr / run.lr_divisor for name, run in zip(names, runs, strict=True)}
@@ -86,15 +87,25 @@ def test_protocol_is_what_the_issue_registers() -> None:
             assert step[name] == step[arm["baseline"]]
             assert runs[names.index(arm["baseline"])].replay == "uniform"
     assert {step[n] for n in cartpole["arms"]} == {0.0023, 0.0023 / 4}
+    # amended: >= 3 games, 4 arms at matched step sizes, >= 5 seeds, >= 1M steps (past ε's decay)
     minatar = [env for env in protocol["envs"] if env.startswith("MinAtar/")]
-    assert len(minatar) >= 2
+    assert len(minatar) >= 3
     for env in minatar:
         spec = protocol["envs"][env]
-        assert spec["protocol"] == "dopamine_minatar" and len(spec["arms"]) == 3 and len(spec["seeds"]) >= 4
-        runs, _ = per_vs_uniform.env_runs(protocol, env, per_vs_uniform.RunConfig(envs=(env,), runs="unused"))
+        assert spec["protocol"] == "dopamine_minatar" and len(spec["arms"]) == 4 and len(spec["seeds"]) >= 5
+        assert spec["total_steps"] >= 1_000_000
+        runs, names = per_vs_uniform.env_runs(
+            protocol, env, per_vs_uniform.RunConfig(envs=(env,), runs="unused")
+        )
         assert {r.eval_epsilon for r in runs} == {0.001} and {r.total_steps for r in runs} == {
             spec["total_steps"]
         }
+        step = {name: run.lr / run.lr_divisor for name, run in zip(names, runs, strict=True)}
+        for name, arm in spec["arms"].items():
+            if arm["baseline"] is not None:  # every prioritized arm against uniform at its own step size
+                assert step[name] == step[arm["baseline"]]
+                assert runs[names.index(arm["baseline"])].replay == "uniform"
+        assert len(set(step.values())) == 2  # η and η/4
     assert protocol["sb3"]["baseline"] in protocol["sb3"]["arms"]
 
 
