@@ -1,4 +1,4 @@
-"""Agent steps per second of N Double DQN agents stacked in one process on one MinAtar game.
+"""Agent steps per second of N Double DQN agents stacked in one process on one game of the protocol.
 
 For each N (default 1, 4, 8, 16, 20) one process of :func:`recipes.dqn.minstack.train_stacked`
 trains N agents of the registered study's arms (``recipes/studies/configs/per_vs_uniform.yaml``:
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         prog="python -m benchmarks.minatar_stack", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
-        "--env", default="MinAtar/Breakout-v1", help="a MinAtar game of the protocol (default: %(default)s)"
+        "--env", default="MinAtar/Breakout-v1", help="an environment of the protocol (default: %(default)s)"
     )
     parser.add_argument(
         "--agents", default=DEFAULT_AGENTS, help="agents per process, a comma list (default: %(default)s)"

@@ -20,6 +20,7 @@ pytest.importorskip("matplotlib")
 from recipes.common import rl_metrics
 from recipes.dqn import sweep_report as report
 from recipes.dqn.config import load_config
+from recipes.dqn.stack_parts import check_stacked
 from recipes.studies import per_vs_uniform
 
 
@@ -77,8 +78,10 @@ def test_protocol_is_what_the_issue_registers() -> None:
     }
     assert seeds_of["proportional lr_divisor=1"] == list(range(10))
     assert names.count("rank") == 20 and names.count("proportional lr_divisor=1") == 10
-    assert protocol["amended"][-2].startswith("2026-11-28, before any run")
-    assert protocol["amended"][-1].startswith("2026-11-28, before any run of the amended MinAtar")
+    check_stacked(runs)  # amended: all 90 train as agents of one stacked process
+    assert protocol["amended"][1].startswith("2026-11-28, before any run")
+    assert protocol["amended"][2].startswith("2026-11-28, before any run of the amended MinAtar")
+    assert protocol["amended"][3].startswith("2026-11-28, before any CartPole run of the amended")
     assert len(protocol["sb3"]["seeds"]) == 10 and protocol["sb3"]["equivalence_margin"] == 0.1
     assert all(spec["equivalence_margin"] == 0.1 for spec in protocol["envs"].values())
     step = {name: run.lr / run.lr_divisor for name, run in zip(names, runs, strict=True)}
