@@ -22,6 +22,7 @@ pytest.importorskip("yaml")
 pytest.importorskip("tqdm")
 pytest.importorskip("cloudpickle")
 
+from recipes.common.provenance import source_tree
 from recipes.dqn.agent import td_loss
 from recipes.dqn.config import DDQNConfig, load_config, run_dir
 from recipes.dqn.envs import EnvSpec, make_env
@@ -199,6 +200,10 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path: Path) -> None:
         )
     assert _same(ck_whole["replays"], ck_parts["replays"])
     assert ck_whole["rngs"] == ck_parts["rngs"]
+    here = source_tree()["commit"]  # each start and resume records where the code came from
+    for w, p in zip(whole, parts, strict=True):
+        assert [e["commit"] for e in json.loads((run_dir(w) / "source.json").read_text())] == [here]
+        assert [e["commit"] for e in json.loads((run_dir(p) / "source.json").read_text())] == [here, here]
 
 
 def _same(x: Any, y: Any) -> bool:

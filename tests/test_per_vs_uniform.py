@@ -18,8 +18,9 @@ pytest.importorskip("cloudpickle")
 pytest.importorskip("matplotlib")
 
 from recipes.common import rl_metrics
+from recipes.common.provenance import record_start
 from recipes.dqn import sweep_report as report
-from recipes.dqn.config import load_config
+from recipes.dqn.config import load_config, run_dir
 from recipes.dqn.stack_parts import check_stacked
 from recipes.studies import per_vs_uniform
 
@@ -144,6 +145,13 @@ def test_report_gathers_registered_metrics_and_verdicts(tmp_path: Path) -> None:
         }
     }
     (tmp_path / "sb3.json").write_text(json.dumps(sb3))
+    # one run's record of where its code came from; the other 89 have none
+    cfgs, names = per_vs_uniform.env_runs(
+        per_vs_uniform.load_protocol(),
+        "CartPole-v1",
+        per_vs_uniform.RunConfig(("CartPole-v1",), runs=str(tmp_path)),
+    )
+    record_start(run_dir(cfgs[names.index("rank")]), {"commit": "ab" * 20, "clean": True, "started": "t"})
     out = tmp_path / "out" / "per_vs_uniform"
     results = per_vs_uniform.main(
         ["report", "--runs", str(tmp_path), "--sb3", str(tmp_path / "sb3.json"), "--out", str(out)]
@@ -181,8 +189,16 @@ def test_report_gathers_registered_metrics_and_verdicts(tmp_path: Path) -> None:
     )
     assert written["holm"]["survives"]["CartPole-v1"] == expected["survives"]
     assert written["holm"]["survives"]["CartPole-v1"]["rank"] is True
+    assert written["sources"]["CartPole-v1"] == {
+        "runs": 90,
+        "commits": {"ab" * 20: 1},
+        "all_clean": True,
+        "unrecorded": 89,
+    }
+    assert written["sources"][per_vs_uniform.SB3_ENV]["commits"] == {}  # its JSON records none
     table = out.with_suffix(".md").read_text()
     assert "Holm-adjusted p" in table and "equivalent within ±" in table and "not shown equivalent" in table
+    assert "Code: `ababababab` (1 runs); every start from a clean tree; 89 runs without a record." in table
 
 
 def test_an_arms_own_seeds_must_be_its_environments() -> None:

@@ -615,6 +615,18 @@ def test_cartpole_comparison_tests_each_arm_against_uniform_with_the_protocols_s
     assert tests["rank"]["equivalence"]["verdict"] == "not shown equivalent"
     expected = rl_metrics.holm({arm: t["welch_p"] for arm, t in tests.items()})
     assert result["holm"] == expected and result["holm"]["survives"]["rank"]
+    # every run of these records has no "code": none names a commit; one that does is counted
+    assert result["sources"] == {"runs": 18, "commits": {}, "all_clean": True, "unrecorded": 18}
+    runs["rank"][0]["code"] = {"commit": "cd" * 20, "clean": True, "started": "t"}
+    with_code = rec.summarize(
+        {"timesteps": 800, "eval_every": 400, "eval_episodes": 1, "curve_window": 10}, runs
+    )
+    assert with_code["sources"] == {
+        "runs": 18,
+        "commits": {"cd" * 20: 1},
+        "all_clean": True,
+        "unrecorded": 17,
+    }
 
     recorded = {**json.loads(json.dumps(result)), "command": "the command that ran them"}
     recorded["arms"]["uniform"]["auc_iqm"] = [0.0, 0.0, 0.0]  # a stale interval the report replaces
@@ -625,6 +637,7 @@ def test_cartpole_comparison_tests_each_arm_against_uniform_with_the_protocols_s
     assert again["command"] == "the command that ran them" and "--report" in again["rendered_by"]
     table = (tmp_path / "new.md").read_text()
     assert "Holm-adjusted p" in table and "not shown equivalent" in table
+    assert "Code: `cdcdcdcdcd` (1 runs); every start from a clean tree; 17 runs without a record." in table
     (tmp_path / "bad.json").write_text("[]")
     with pytest.raises(ValueError, match="report="):
         rec.main(["--report", str(tmp_path / "bad.json"), "--out", str(tmp_path / "never")])

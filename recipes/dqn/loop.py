@@ -17,6 +17,7 @@ import torch
 
 from prisample import LinearSchedule
 from recipes.common import outputs
+from recipes.common.provenance import record_start
 from recipes.dqn.config import DDQNConfig, run_dir
 from recipes.dqn.envs import atari_rom, env_family, lives, load_atari_scores, make_env, seed_envs
 from recipes.dqn.networks import resolve_device
@@ -38,7 +39,8 @@ if TYPE_CHECKING:
 
 
 def start_run(cfg: DDQNConfig) -> torch.device:
-    """Threads, seed and device of the run, its directory with ``config.json``; on a CUDA device,
+    """Threads, seed and device of the run, its directory with ``config.json`` and ``source.json``
+    (:mod:`recipes.common.provenance`); on a CUDA device,
     cuDNN's autotuner (fixed input shapes: the fastest convolutions are picked once) and TF32
     matrix products (as cuDNN's convolutions)."""
     torch.set_num_threads(cfg.threads)
@@ -46,6 +48,7 @@ def start_run(cfg: DDQNConfig) -> torch.device:
     device = resolve_device(cfg.device)
     run_dir(cfg).mkdir(parents=True, exist_ok=True)
     outputs.write_json(run_dir(cfg) / "config.json", asdict(cfg))
+    record_start(run_dir(cfg))  # the commit, and whether the tree was clean
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = True

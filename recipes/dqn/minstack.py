@@ -19,7 +19,8 @@ equal separate agents' up to floating-point rounding of the batched operations
 overlap): on a CPU nothing runs while the environments step.
 
 Each agent writes what ``train`` writes into its own run directory (``config.json``,
-``metrics.csv``, ``eval.csv``, ``best_q.pt``, and ``result.json`` when its run is done), so the
+``source.json`` with an entry per start or resume, ``metrics.csv``, ``eval.csv``, ``best_q.pt``,
+and ``result.json`` when its run is done), so the
 sweep records of :mod:`recipes.dqn.sweep_report` read them unchanged.  The process checkpoints
 (``checkpoint``, every ``checkpoint_every`` agent steps and when it stops early) everything
 an identical continuation needs: the stacked networks and optimiser, every replay memory whole
@@ -46,6 +47,7 @@ import torch
 from tqdm import tqdm
 
 from recipes.common import outputs
+from recipes.common.provenance import record_start, source_tree
 from recipes.dqn.agent import draw, make_replay, observe, store, sync_target
 from recipes.dqn.config import DDQNConfig, run_dir
 from recipes.dqn.envs import lives, make_env, seed_envs
@@ -87,9 +89,11 @@ class _Agents:
     def __init__(self, cfgs: list[DDQNConfig], device: torch.device, resumed: bool) -> None:
         self.cfgs, self.device = cfgs, device
         self.envs, nets = [], []
+        source = source_tree()  # where the code of this process (a start or a resume) came from
         for c in cfgs:  # as train(): torch seeded with the agent's seed, then its environment and Q
             run_dir(c).mkdir(parents=True, exist_ok=True)
             outputs.write_json(run_dir(c) / "config.json", asdict(c))
+            record_start(run_dir(c), source)
             torch.manual_seed(c.seed)
             env, self.spec = make_env(c.env, c.num_envs, **env_options(c))
             self.envs.append(env)

@@ -27,7 +27,9 @@ per environment, the sweep record of ``recipes/dqn/sweep.py`` (``<env>.json`` cu
 and writes ``per_vs_uniform.json``: ``{"protocol": <the YAML as registered>, "envs": {env: {arm:
 {"seeds", "auc", "final", "weight_mean_last", ...}}}, "aggregates": {env: {arm: {"auc_iqm",
 "final_iqm"}}}, "comparisons": {env: {arm: {"difference", "welch_p", "verdict", "equivalence"}}},
-"holm": {"adjusted_p": {env: {arm: p}}, "survives": ...}, "verdict": {env: "..."}}``.  Per comparison
+"holm": {"adjusted_p": {env: {arm: p}}, "survives": ...}, "verdict": {env: "..."}, "sources": {env:
+{"runs", "commits", "all_clean", "unrecorded"}}}``, ``sources`` saying which commits every run
+started or resumed from (:mod:`recipes.common.provenance`; SB3's from its JSON).  Per comparison
 the difference test decides "better" / "worse" / "no difference detected"; where the protocol
 registers an environment's ``equivalence_margin`` (a fraction of the baseline arm's AUC IQM), the
 two one-sided tests decide "equivalent within ±m" / "not shown equivalent"
@@ -46,7 +48,9 @@ from typing import Any
 import numpy as np
 
 from recipes.common import launch, outputs, rl_metrics
+from recipes.common.provenance import describe, run_sources
 from recipes.dqn import sweep_report as report
+from recipes.dqn.config import run_dir
 from recipes.dqn.sweep import run_all
 from recipes.studies.per_vs_uniform_config import (
     COMMANDS,
@@ -72,6 +76,7 @@ __all__ = [
     "RunConfig",
     "StackedConfig",
     "env_runs",
+    "env_sources",
     "family",
     "gather",
     "load_protocol",
@@ -202,6 +207,9 @@ def gather(config: ReportConfig) -> dict[str, Any]:
         raise ValueError(
             f"runs should hold <env>.json files of the registered environments, but got runs={config.runs!r}"
         )
+    sources = {env: env_sources(protocol, env, config.runs) for env in envs if env != SB3_ENV}
+    if config.sb3 is not None:
+        sources[SB3_ENV] = json.loads(Path(config.sb3).read_text()).get("sources", UNRECORDED)
     aggregates, comparisons, verdicts = {}, {}, {}
     for env, arms in envs.items():
         aggregates[env] = {
@@ -232,7 +240,19 @@ def gather(config: ReportConfig) -> dict[str, Any]:
         "comparisons": comparisons,
         "holm": family(comparisons),
         "verdict": verdicts,
+        "sources": sources,
     }
+
+
+UNRECORDED: dict[str, Any] = {"runs": None, "commits": {}, "all_clean": False, "unrecorded": None}
+"""The sources of runs whose record names none (written before runs recorded their commit)."""
+
+
+def env_sources(protocol: dict[str, Any], env: str, runs: str) -> dict[str, Any]:
+    """Which commits the registered runs of ``env`` under ``runs`` started or resumed from, read
+    from their run directories (:func:`recipes.common.provenance.run_sources`)."""
+    cfgs, _ = env_runs(protocol, env, RunConfig(envs=(env,), runs=runs))
+    return run_sources(run_dir(c) for c in cfgs)
 
 
 def _finite(values: list[float | None]) -> list[float]:
@@ -253,6 +273,8 @@ def markdown(results: dict[str, Any], command: str) -> str:
     ]
     for env, arms in results["envs"].items():
         lines += [f"## {env}", "", f"Verdict: {results['verdict'][env]}", ""]
+        if "sources" in results:
+            lines += [describe(results["sources"].get(env, UNRECORDED)), ""]
         rows = []
         for arm, data in arms.items():
             agg = results["aggregates"][env][arm]

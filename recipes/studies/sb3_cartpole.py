@@ -56,6 +56,7 @@ from tqdm import tqdm
 
 from prisample.sb3 import PrioritizedDQN
 from recipes.common import launch, outputs, rl_metrics
+from recipes.common.provenance import describe, source_tree, tally
 from recipes.studies.per_vs_uniform_config import load_protocol
 from recipes.studies.sb3_cartpole_config import (
     ARMS,
@@ -114,6 +115,7 @@ def train_one(cfg: Config, arm: str, seed: int, bar: tqdm[Any] | None = None) ->
     weight_mean = model.weight_mean if isinstance(model, PrioritizedDQN) else 1.0  # uniform: all w = 1
     return {
         "seed": seed,
+        "code": source_tree(),  # the commit this run's code came from, and whether the tree was clean
         "auc": float(np.mean(scores)),
         "final": scores[-1],
         "weight_mean_last": None if math.isnan(weight_mean) else weight_mean,  # None: no batch drawn
@@ -232,7 +234,13 @@ def summarize(config: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> 
             "eval_std_return": float(np.std(final)),
             "runs": mine,
         }
-    result = {"config": config, "hyperparameters": ZOO_CARTPOLE, "source": ZOO_SOURCE, "arms": arms}
+    result = {
+        "config": config,
+        "hyperparameters": ZOO_CARTPOLE,
+        "source": ZOO_SOURCE,
+        "arms": arms,
+        "sources": tally([r["code"]] if "code" in r else None for mine in runs.values() for r in mine),
+    }
     return {**result, **comparisons(arms)}
 
 
@@ -328,6 +336,8 @@ def markdown_table(result: dict[str, Any]) -> str:
     ]
     if "command" in result:
         lines[1:1] = ["", f"Command: `{result['command']}`"]
+    if "sources" in result:
+        lines[1:1] = ["", describe(result["sources"])]
     rows = []
     for arm in result["arms"].values():
         replay = arm["replay"] if isinstance(arm["replay"], str) else _replay_text(arm["replay"])
