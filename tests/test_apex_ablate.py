@@ -232,3 +232,49 @@ def test_report_only_reads_the_finished_runs_and_runs_nothing(tmp_path: Any, mon
     assert report["apex_matched"]["final"] == [40.0] and report["partial"]
     assert len(report["missing"]) == len(ablate.tasks(config)) - 1
     assert (tmp_path / "x.json").exists() and (tmp_path / "x.md").exists()
+
+
+def test_interleaved_order_runs_every_arm_of_a_seed_back_to_back() -> None:
+    """The rerun's order: each seed's four runs back to back, seed after seed."""
+    config = ablate.AblateConfig(seeds=2, device="cpu", ablations=("staleness",), free=False, interleave=True)
+    arms = ["single", "apex_matched", "ablation staleness", "apex_all_matched"]
+    assert [(label, seed) for label, seed, _ in ablate.tasks(config)] == [
+        (a, s) for s in (0, 1) for a in arms
+    ]
+    registered = ablate.AblateConfig(seeds=2, device="cpu", ablations=("staleness",), free=False)
+    assert [label for label, _, _ in ablate.tasks(registered)][2] == "apex_all_matched"  # the groups
+
+
+def test_each_run_records_when_it_ran_its_load_and_commit(tmp_path: Any, monkeypatch: Any) -> None:
+    """A run's record is written beside its result, read back with a finished result, and its
+    start, end, load averages and commit reach the report's row."""
+    import recipes.apex.run
+    from recipes.apex.report import compare_row
+    from recipes.common.provenance import source_tree
+
+    config = ablate.AblateConfig(seeds=1, device="cpu", out=str(tmp_path / "x"), ablations=(), free=False)
+    label, seed, run = ablate.tasks(config)[1]  # apex_matched, seed 0
+    path = ablate.result_path(run)
+
+    def fake_train(run_config: Any) -> dict[str, Any]:
+        result = {**fake_result(label, seed, [20.0, 40.0]), "run_dir": str(path.parent)}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result))
+        return result
+
+    monkeypatch.setattr(recipes.apex.run, "train", fake_train)
+    ran = ablate.run_one((label, seed, run, False))
+    record = ran["run_record"]
+    assert record["started"] <= record["ended"] and len(record["loadavg_start"]) == 3
+    assert record["code"]["commit"] == source_tree()["commit"]
+    assert json.loads((path.parent / ablate.RUN_RECORD).read_text()) == record
+    again = ablate.run_one((label, seed, run, False))  # finished: read, not run, with its record
+    assert again["run_record"] == record
+    row = compare_row(again)
+    assert (row["started"], row["loadavg_end"], row["commit"]) == (
+        record["started"],
+        record["loadavg_end"],
+        record["code"]["commit"],
+    )
+    (path.parent / ablate.RUN_RECORD).unlink()  # a run from before the record: no such fields
+    assert "started" not in compare_row(ablate.run_one((label, seed, run, False)))

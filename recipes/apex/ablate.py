@@ -24,6 +24,7 @@ against ``single``), ``<out>.md`` and ``<out>.png`` are rewritten after every ru
 
 from __future__ import annotations
 
+import datetime
 import json
 import multiprocessing
 import os
@@ -51,6 +52,7 @@ from recipes.apex.ablate_config import (
 from recipes.apex.config import ApexConfig, run_dir
 from recipes.apex.report import ablate_markdown, ablate_summary, compare_row
 from recipes.common import launch, outputs
+from recipes.common.provenance import source_tree
 from recipes.dqn.config import run_dir as single_dir
 from recipes.dqn.sweep_report import collect, plot
 
@@ -60,6 +62,7 @@ __all__ = [
     "FIRST",
     "FREE",
     "MATCHED",
+    "RUN_RECORD",
     "SECOND",
     "SINGLE",
     "AblateConfig",
@@ -81,14 +84,27 @@ def result_path(run: Run) -> Path:
     return single_dir(run) / "result.json"
 
 
+RUN_RECORD = "run_record.json"
+"""Beside each run's result file: when it ran, the load average at its start and end, and the
+commit of its code (:mod:`recipes.common.provenance`)."""
+
+
 def run_one(task: tuple[str, int, Run, bool]) -> dict[str, Any]:
-    """One run (in a process of its own), or its result file when there is one and not ``rerun``."""
+    """One run (in a process of its own), or its result file when there is one and not ``rerun``;
+    with its :data:`RUN_RECORD` (``run_record``, empty for a run that predates the record)."""
     label, _, run, rerun = task
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     path = result_path(run)
+    record = path.parent / RUN_RECORD
     if path.exists() and not rerun:
         result: dict[str, Any] = json.loads(path.read_text())
-    elif isinstance(run, ApexConfig):
+        return {
+            **result,
+            "label": label,
+            "run_record": json.loads(record.read_text()) if record.exists() else {},
+        }
+    started = {"started": _now(), "loadavg_start": list(os.getloadavg()), "code": source_tree()}
+    if isinstance(run, ApexConfig):
         from recipes.apex.run import train
 
         result = train(run)
@@ -96,7 +112,13 @@ def run_one(task: tuple[str, int, Run, bool]) -> dict[str, Any]:
         from recipes.dqn.run import train as train_single
 
         result = asdict(train_single(run))
-    return {**result, "label": label}
+    ran = {**started, "ended": _now(), "loadavg_end": list(os.getloadavg())}
+    outputs.write_json(record, ran)
+    return {**result, "label": label, "run_record": ran}
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def ablate(config: AblateConfig, argv: list[str]) -> dict[str, Any]:

@@ -87,6 +87,10 @@ class AblateConfig:
     """Every learner's device."""
     jobs: int = 2
     """Runs at a time, each a process of its own."""
+    interleave: bool = False
+    """Every arm of a seed back to back, seed after seed, so that a slow or busy spell of the
+    machine meets every arm alike (the interleaved rerun; with jobs 1, one run at a time).  False:
+    the first study's registered groups (FIRST, then SECOND, then the rest, each seed-major)."""
     rerun: bool = False
     """Rerun a run whose result file is already in its folder (False: read it)."""
     report_only: bool = False
@@ -152,7 +156,7 @@ SECOND = ("ablation staleness",)
 def tasks(config: AblateConfig) -> list[tuple[str, int, Run]]:
     """``(label, seed, run config)`` of every run: the arms of :data:`FIRST` seed-major (every such
     arm of a seed, then the next seed), then those of :data:`SECOND`, then the others, so that a
-    study cut short holds whole seeds of the first arms."""
+    study cut short holds whole seeds of the first arms; with ``interleave``, every arm seed-major."""
     base = compare_config(config)
     out: list[tuple[str, int, Run]] = []
     every = arms(config)
@@ -161,6 +165,8 @@ def tasks(config: AblateConfig) -> list[tuple[str, int, Run]]:
         [arm for arm in every if arm[0] in SECOND],
         [arm for arm in every if arm[0] not in FIRST + SECOND],
     ]
+    if config.interleave:  # one group: every arm of a seed back to back
+        groups = [every]
     for group in groups:
         for seed in range(config.seed, config.seed + config.seeds):
             out += [(label, seed, arm_run(config, base, label, fields, seed)) for label, fields in group]

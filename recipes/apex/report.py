@@ -180,6 +180,23 @@ def compare_row(result: dict[str, Any]) -> dict[str, Any]:
         "wall_s": result["wall_s"],
         "steps_per_s": result["steps_per_s"],
         "run_dir": result["run_dir"],
+        **_run_record(result.get("run_record")),
+    }
+
+
+def _run_record(record: dict[str, Any] | None) -> dict[str, Any]:
+    """When the run ran, the load average at its start and end, and its code's commit (absent from
+    runs that predate the record)."""
+    if not record:
+        return {}
+    code = record.get("code", {})
+    return {
+        "started": record["started"],
+        "ended": record["ended"],
+        "loadavg_start": record["loadavg_start"],
+        "loadavg_end": record["loadavg_end"],
+        "commit": code.get("commit"),
+        "clean": code.get("clean"),
     }
 
 
