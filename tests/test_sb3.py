@@ -642,3 +642,36 @@ def test_cartpole_comparison_tests_each_arm_against_uniform_with_the_protocols_s
     with pytest.raises(ValueError, match="report="):
         rec.main(["--report", str(tmp_path / "bad.json"), "--out", str(tmp_path / "never")])
     assert not (tmp_path / "never.json").exists()
+
+
+def test_cartpole_comparison_keeps_each_run_and_continues_where_it_stopped(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """Every finished run is kept at once; the same command reads the kept runs and trains only the
+    rest; a run kept with other settings is trained again."""
+    from recipes.studies import sb3_cartpole as rec
+
+    trained: list[tuple[str, int]] = []
+    stop_at = [3]  # the session ends during the third run
+
+    def fake_train(cfg: Any, arm: str, seed: int, bar: Any = None) -> dict[str, Any]:
+        trained.append((arm, seed))
+        if len(trained) == stop_at[0]:
+            raise KeyboardInterrupt
+        return _recorded_run(seed, [100.0 + seed, 270.0])
+
+    monkeypatch.setattr(rec, "train_one", fake_train)
+    out = str(tmp_path / "c")
+    cfg = rec.Config(seeds=2, timesteps=800, eval_every=400, arms="uniform,rank", jobs=1, out=out)
+    with pytest.raises(KeyboardInterrupt):
+        rec.run(cfg)
+    kept = sorted(p.name for p in (tmp_path / "c_runs").iterdir())
+    assert kept == ["uniform_seed0.json", "uniform_seed1.json"]
+    trained.clear()
+    stop_at[0] = 0
+    result = rec.run(cfg)
+    assert trained == [("rank", 0), ("rank", 1)]  # only the runs not kept
+    assert result["arms"]["uniform"]["auc"] == [185.0, 185.5] == result["arms"]["rank"]["auc"]
+    trained.clear()
+    rec.run(rec.Config(seeds=2, timesteps=1200, eval_every=400, arms="uniform,rank", jobs=1, out=out))
+    assert len(trained) == 4  # other settings: nothing kept applies

@@ -73,14 +73,18 @@ __all__ = [
     "ARMS",
     "ENV_ID",
     "PROG",
+    "RUN_SETTINGS",
     "ZOO_CARTPOLE",
     "ZOO_SOURCE",
     "Config",
     "comparisons",
+    "finished_run",
     "main",
     "parse",
     "run",
+    "run_path",
     "summarize",
+    "train_and_keep",
     "train_one",
 ]
 
@@ -204,11 +208,48 @@ def learning_curve(episodes: list[tuple[int, float]], points: np.ndarray, window
 
 def run(cfg: Config) -> dict[str, Any]:
     """Every arm on every seed; per arm the per-seed metrics and their IQM across seeds, and the
-    tests of :func:`summarize`."""
+    tests of :func:`summarize`.  Each finished run is kept at once (:func:`run_path`) and a run kept
+    with the same settings is read, not trained again, so a comparison stopped midway (the end of
+    a session) continues with the same command."""
     tasks = [(arm, seed) for arm in cfg.arm_list for seed in range(cfg.seeds)]
-    done = run_in_process(cfg, tasks) if cfg.jobs == 1 else run_in_pool(cfg, tasks)
+    kept = {task: finished_run(cfg, *task) for task in tasks}
+    todo = [task for task in tasks if kept[task] is None]
+    if todo:
+        where = Path(cfg.out + "_runs")
+        print(f"{len(tasks) - len(todo)} of {len(tasks)} runs kept under {where}; training {len(todo)}")
+    fresh = {} if not todo else run_in_process(cfg, todo) if cfg.jobs == 1 else run_in_pool(cfg, todo)
+    done = {task: kept[task] or fresh[task] for task in tasks}
     runs = {arm: [done[(arm, seed)] for seed in range(cfg.seeds)] for arm in cfg.arm_list}
     return summarize(asdict(cfg), runs)
+
+
+RUN_SETTINGS = ("timesteps", "eval_every", "eval_episodes", "curve_points", "curve_window")
+"""The settings a kept run must share with the command to be read instead of trained."""
+
+
+def run_path(cfg: Config, arm: str, seed: int) -> Path:
+    """Where the run of ``arm`` and ``seed`` is kept: ``<out>_runs/<arm>_seed<seed>.json``."""
+    return Path(cfg.out + "_runs") / f"{arm}_seed{seed}.json"
+
+
+def finished_run(cfg: Config, arm: str, seed: int) -> dict[str, Any] | None:
+    """The kept run of ``arm`` and ``seed`` if it ran with ``cfg``'s settings, else None."""
+    path = run_path(cfg, arm, seed)
+    if not path.exists():
+        return None
+    kept = json.loads(path.read_text())
+    same = kept.get("settings") == {name: getattr(cfg, name) for name in RUN_SETTINGS}
+    return dict(kept["run"]) if same else None
+
+
+def train_and_keep(cfg: Config, arm: str, seed: int, bar: tqdm[Any] | None = None) -> dict[str, Any]:
+    """:func:`train_one`, its result written to :func:`run_path` as soon as it is done."""
+    result = train_one(cfg, arm, seed, bar)
+    path = run_path(cfg, arm, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    settings = {name: getattr(cfg, name) for name in RUN_SETTINGS}
+    path.write_text(json.dumps({"settings": settings, "arm": arm, "run": result}))
+    return result
 
 
 def summarize(config: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -271,7 +312,7 @@ def run_in_process(cfg: Config, tasks: list[tuple[str, int]]) -> dict[tuple[str,
     with tqdm(total=len(tasks) * cfg.steps_per_run, desc="sb3_cartpole", unit="step") as bar:
         for arm, seed in tasks:
             bar.set_postfix_str(f"{arm} seed {seed}")
-            done[(arm, seed)] = train_one(cfg, arm, seed, bar)
+            done[(arm, seed)] = train_and_keep(cfg, arm, seed, bar)
     return done
 
 
@@ -289,7 +330,7 @@ def run_in_pool(cfg: Config, tasks: list[tuple[str, int]]) -> dict[tuple[str, in
         ProcessPoolExecutor(workers, mp_context=context, initializer=_one_thread) as pool,
         tqdm(total=len(tasks), desc="sb3_cartpole", unit="run") as bar,
     ):
-        futures = {pool.submit(train_one, cfg, arm, seed): (arm, seed) for arm, seed in tasks}
+        futures = {pool.submit(train_and_keep, cfg, arm, seed): (arm, seed) for arm, seed in tasks}
         for future in as_completed(futures):
             done[futures[future]] = future.result()
             bar.set_postfix_str("{} seed {}".format(*futures[future]))

@@ -99,7 +99,8 @@ class Config:
     jobs: int = 1
     """Runs at a time, each in its own process with one torch thread."""
     out: str = "runs/sb3_cartpole"
-    """Output prefix: writes <out>.json, <out>.png and <out>.md."""
+    """Output prefix: writes <out>.json, <out>.png and <out>.md; each finished run is kept under
+    <out>_runs/ and read, not trained again, by the same command."""
     report: str = ""
     """A JSON this command wrote: recompute its statistics (IQMs, tests) from the runs it records and
     write <out>.*; trains nothing (empty: run)."""
