@@ -123,30 +123,49 @@ class World:
         return s
 
 
-def args(step: Step) -> dict[str, Any]:
+def frames_to(counter: int, stream: int, stack: int) -> np.ndarray:
+    """The observation whose newest frame is ``[counter, stream]``: that frame (``stack=1``), or
+    the stack of the ``stack`` frames up to it (each step's stack moves the last on by one)."""
+    if stack == 1:
+        return np.array([counter, stream], np.float32)
+    return np.array([[counter - stack + 1 + f, stream] for f in range(stack)], np.float32)
+
+
+def padded_stack(final: np.ndarray, d: int) -> np.ndarray:
+    """Padding position ``L + d`` as defined: the last ``next_obs`` stack ``final`` moved on by
+    ``d`` frames, its last frame repeated (frame ``f`` is ``final[min(d + f, stack - 1)]``)."""
+    stack = final.shape[0]
+    return np.stack([final[min(d + f, stack - 1)] for f in range(stack)])
+
+
+def args(step: Step, stack: int = 1) -> dict[str, Any]:
     c = float(step.counter)
     return {
-        "obs": np.array([c, step.stream], np.float32),
+        "obs": frames_to(step.counter, step.stream, stack),
         "action": step.counter,
         "reward": c / 7.0,
         "discount": 0.0 if step.end else 0.9,
-        "next_obs": np.array([c + 1, step.stream], np.float32),
+        "next_obs": frames_to(step.counter + 1, step.stream, stack),
         "state": np.array([c, -c, step.gen], np.float32),
     }
 
 
 def write(
-    replay: SequenceReplay, ref: Reference, world: World, rows: list[tuple[int, bool, float | None]]
+    replay: SequenceReplay,
+    ref: Reference,
+    world: World,
+    rows: list[tuple[int, bool, float | None]],
+    stack: int = 1,
 ) -> None:
     steps = [world.step(s, e, p) for s, e, p in rows]
     if len(steps) == 1:
-        a = args(steps[0])
+        a = args(steps[0], stack)
         replay.add(
             a["obs"], a["action"], a["reward"], a["discount"], a["next_obs"],
             episode_end=steps[0].end, stream=steps[0].stream, state=a["state"], priority=steps[0].priority,
         )  # fmt: skip
     else:
-        many = [args(s) for s in steps]
+        many = [args(s, stack) for s in steps]
         given_p = [s.priority for s in steps]
         replay.add_many(
             np.stack([a["obs"] for a in many]),
@@ -165,18 +184,21 @@ def write(
     ref.write(steps)
 
 
-def expected_item(ref: Reference, gens: list[int]) -> dict[str, np.ndarray]:
-    """The batch row of the item with steps ``gens`` as the rules define it."""
+def expected_item(ref: Reference, gens: list[int], stack: int = 1) -> dict[str, np.ndarray]:
+    """The batch row of the item with steps ``gens`` as the rules define it: all ``W + 1``
+    observations, the padding past the last ``next_obs`` included (that ``next_obs`` repeated, or
+    with frame stacks moved on by one frame per position, :func:`padded_stack`)."""
     w, n = ref.window, len(gens)
     padded = gens + [gens[-1]] * (w - n)
     steps = [ref.steps[g] for g in padded]
     last = ref.steps[gens[-1]]
-    obs = [[float(s.counter), s.stream] for s in (ref.steps[g] for g in gens)]
-    obs += [[float(last.counter + 1), last.stream]] * (w + 1 - n)
+    obs = [frames_to(s.counter, s.stream, stack) for s in (ref.steps[g] for g in gens)]
+    final = frames_to(last.counter + 1, last.stream, stack)
+    obs += [final if stack == 1 else padded_stack(final, d) for d in range(w + 1 - n)]
     j = np.arange(w)
     first = ref.steps[gens[0]]
     return {
-        "obs": np.array(obs, np.float32),
+        "obs": np.stack(obs),
         "action": np.array([s.counter for s in steps]),
         "reward": np.array([np.float32(s.counter / 7.0) for s in steps], np.float32),
         "discount": np.array([0.0 if s.end else 0.9 for s in steps], np.float32),
@@ -188,7 +210,13 @@ def expected_item(ref: Reference, gens: list[int]) -> dict[str, np.ndarray]:
     }
 
 
-def check(replay: SequenceReplay, ref: Reference) -> None:
+def assert_item(batch: SequenceBatch, b: int, want: dict[str, np.ndarray], name: str) -> None:
+    """Row ``b`` of ``batch`` is ``want`` (:func:`expected_item`), every field and position."""
+    for key, value in want.items():
+        np.testing.assert_array_equal(np.asarray(batch[key][b]), value, err_msg=f"{key} of {name}")
+
+
+def check(replay: SequenceReplay, ref: Reference, stack: int = 1) -> None:
     items = ref.items()
     c = ref.capacity
     priorities = replay.sampler.priorities
@@ -203,11 +231,9 @@ def check(replay: SequenceReplay, ref: Reference) -> None:
         with replay.lock:
             batch = replay.gather(slots)
         for b, gens in enumerate(items.values()):
-            want = expected_item(ref, gens)
-            for key, value in want.items():
-                np.testing.assert_array_equal(
-                    np.asarray(batch[key][b]), value, err_msg=f"{key} of item {gens[0]}"
-                )
+            assert_item(batch, b, expected_item(ref, gens, stack), f"item {gens[0]}")
+        if stack > 1:  # each frame gathered once: neighbouring stacks share it
+            assert np.shares_memory(batch.obs[:, 0], batch.obs[:, 1])
     assert replay.dropped_updates == ref.dropped
 
 
@@ -271,11 +297,13 @@ def build(config: dict[str, Any], **kwargs: Any) -> tuple[SequenceReplay, Refere
     return replay, ref
 
 
-def run_ops(replay: SequenceReplay, ref: Reference, world: World, ops: list[Any], streams: int) -> None:
+def run_ops(
+    replay: SequenceReplay, ref: Reference, world: World, ops: list[Any], streams: int, stack: int = 1
+) -> None:
     history: list[tuple[np.ndarray, np.ndarray]] = []
     for op in ops:
         if op[0] == "write":
-            write(replay, ref, world, [(s % streams, e, p) for s, e, p in op[1]])
+            write(replay, ref, world, [(s % streams, e, p) for s, e, p in op[1]], stack)
         elif op[0] == "sample":
             if len(replay) == 0:
                 with pytest.raises(ValueError, match="no item can be drawn yet"):
@@ -286,9 +314,7 @@ def run_ops(replay: SequenceReplay, ref: Reference, world: World, ops: list[Any]
             for b, slot in enumerate(draw.indices.tolist()):
                 gen = int(batch.generation[b])
                 assert gen % ref.capacity == slot and gen in items
-                want = expected_item(ref, items[gen])
-                for key, value in want.items():
-                    np.testing.assert_array_equal(np.asarray(batch[key][b]), value, err_msg=key)
+                assert_item(batch, b, expected_item(ref, items[gen], stack), f"drawn item {gen}")
                 ref.record[slot] = gen
             history.append((draw.indices.copy(), batch.generation.copy()))
         elif history:
@@ -296,7 +322,7 @@ def run_ops(replay: SequenceReplay, ref: Reference, world: World, ops: list[Any]
             values = np.random.default_rng(op[3]).uniform(0, 5, indices.shape[0])
             replay.update_priorities(indices, values, generations=gens if op[2] else None)
             ref.update(indices, values, gens if op[2] else None)
-        check(replay, ref)
+        check(replay, ref, stack)
 
 
 @settings(max_examples=120)
@@ -307,6 +333,18 @@ def test_matches_reference(config: dict[str, Any], ops: list[Any]) -> None:
     short episodes."""
     replay, ref = build(config)
     run_ops(replay, ref, World(config["streams"]), ops, config["streams"])
+    replay.check_valid()
+
+
+@settings(max_examples=40)
+@given(CONFIGS, OPS)
+def test_frame_stacks_match_reference(config: dict[str, Any], ops: list[Any]) -> None:
+    """With ``frame_stack=3`` (frames stored once, stacks moving on by one frame within an
+    episode) the same: every batch, padded items included, is gathered with each frame once
+    (neighbouring stacks share memory) and all its observations, padding included, are the
+    reference's."""
+    replay, ref = build(config, frame_stack=3)
+    run_ops(replay, ref, World(config["streams"]), ops, config["streams"], stack=3)
     replay.check_valid()
 
 
@@ -377,6 +415,120 @@ def test_frame_stack_windows(end_at: int | None) -> None:
     # each frame gathered once: a read-only view of (B, W + frame_stack) frames
     assert not batch.obs.flags.writeable and batch.obs.base is not None
     assert batch.obs.strides[1] == batch.obs.strides[2]
+
+
+class GatherLog:
+    """Records the shape of every array of rows the replay's frame pool gathers."""
+
+    def __init__(self, replay: SequenceReplay) -> None:
+        self.shapes: list[tuple[int, ...]] = []
+        store: Any = replay.memory.store
+        pool = store.pool
+        gather = pool.gather
+
+        def logged(rows: np.ndarray) -> Any:
+            self.shapes.append(rows.shape)
+            return gather(rows)
+
+        pool.gather = logged
+
+
+Added = list[tuple[np.ndarray, np.ndarray, bool]]
+"""``(obs, next_obs, episode_end)`` stacks of one stream's steps, in the order added."""
+
+
+def reset_stacks(episodes: list[int], stack: int) -> Added:
+    """The steps of episodes of the given lengths, frames numbered on across episodes, each
+    episode's first stack its first frame repeated (a frame-stack wrapper's reset)."""
+    out, t = [], 0
+    for n in episodes:
+        start = t
+
+        def at(u: int, start: int = start) -> np.ndarray:
+            return np.stack([np.full(2, max(u - stack + 1 + f, start), np.uint8) for f in range(stack)])
+
+        for i in range(n):
+            out.append((at(t), at(t + 1), i == n - 1))
+            t += 1
+        t += 1  # the next episode starts on a new frame
+    return out
+
+
+def expected_obs(steps: Added, start: int, n: int, window: int) -> np.ndarray:
+    """The ``W + 1`` observations of the item of ``n`` steps from step ``start``, from the stacks
+    added alone: the steps' ``obs``, the last step's ``next_obs``, then padding position ``n + d``
+    that stack moved on by ``d`` frames (:func:`padded_stack`)."""
+    final = steps[start + n - 1][1]
+    obs = [steps[start + j][0] for j in range(n)]
+    return np.stack(obs + [padded_stack(final, d) for d in range(window + 1 - n)])
+
+
+def short_item_replay() -> tuple[SequenceReplay, Added]:
+    replay = SequenceReplay(
+        200, (2,), frame_stack=4, burn_in=2, length=4, period=3, obs_dtype=np.uint8, seed=0
+    )
+    steps = reset_stacks([11, 7, 4, 13, 3], 4)
+    for obs, nxt, end in steps:
+        replay.add(obs, 0, 0.0, 0.9, nxt, episode_end=end)
+    return replay, steps
+
+
+def test_a_batch_with_short_items_gathers_each_frame_once() -> None:
+    """Items shorter than ``W`` (an episode's padded last pieces, episodes that start on a reset
+    stack) do not leave the frame-deduplicated gather: one gather of ``(B, W + frame_stack)``
+    frame rows, the stacks a read-only view of it, and every observation of every item, padding
+    included, is the one the definition builds from the stacks added."""
+    replay, steps = short_item_replay()
+    slots = np.flatnonzero(~np.isnan(replay.sampler.priorities))
+    log = GatherLog(replay)
+    with replay.lock:
+        batch = replay.gather(slots)
+    w = replay.window
+    assert (batch.length < w).sum() >= 3 and (batch.length == w).any()
+    assert log.shapes == [(slots.shape[0], w + 4)]
+    assert not batch.obs.flags.writeable and np.shares_memory(batch.obs[:, 0], batch.obs[:, 3])
+    for b, start in enumerate(batch.generation.tolist()):
+        want = expected_obs(steps, start, int(batch.length[b]), w)
+        np.testing.assert_array_equal(batch.obs[b], want, err_msg=f"item {start}")
+
+
+def test_both_host_frame_gathers_agree_everywhere() -> None:
+    """The deduplicated gather (one view of each item's frames) and the gather per stack (rows
+    ``(B, W + 1, frame_stack)``, which the device path also follows) give the same batch, padding
+    included, and both are the definition's: a batch does not depend on the path it took."""
+    replay, steps = short_item_replay()
+    slots = np.flatnonzero(~np.isnan(replay.sampler.priorities))
+    store: Any = replay.memory.store
+    with replay.lock:
+        batch = replay.gather(slots)
+        win = replay.items.windows(slots)
+        rows = replay.items.frame_rows(store.obs_rows, store.next_rows, win, batch.length)
+        per_stack = store.pool.gather(rows)
+    assert (batch.length < replay.window).any()
+    np.testing.assert_array_equal(batch.obs, per_stack)
+    for b, start in enumerate(batch.generation.tolist()):
+        want = expected_obs(steps, start, int(batch.length[b]), replay.window)
+        np.testing.assert_array_equal(per_stack[b], want, err_msg=f"item {start}")
+
+
+def test_stacks_that_do_not_move_on_are_gathered_per_stack() -> None:
+    """Stacks whose ``next_obs`` is not the ``obs`` moved on by one frame (stored in full) cannot
+    share a window's frames: the batch is gathered as ``(B, W + 1, frame_stack)`` rows and is
+    still the definition's everywhere, its padding the last ``next_obs`` moved on frame by frame."""
+    replay = SequenceReplay(100, (2,), frame_stack=3, burn_in=1, length=3, period=2, obs_dtype=np.uint8)
+    rng = np.random.default_rng(0)
+    stacks = rng.integers(0, 255, (12, 3, 2), dtype=np.uint8)
+    steps = [(stacks[t], stacks[t + 1], t == 10) for t in range(11)]
+    for obs, nxt, end in steps:
+        replay.add(obs, 0, 0.0, 0.9, nxt, episode_end=end)
+    slots = np.flatnonzero(~np.isnan(replay.sampler.priorities))
+    log = GatherLog(replay)
+    with replay.lock:
+        batch = replay.gather(slots)
+    assert log.shapes == [(slots.shape[0], replay.window + 1, 3)] and (batch.length < replay.window).any()
+    for b, start in enumerate(batch.generation.tolist()):
+        want = expected_obs(steps, start, int(batch.length[b]), replay.window)
+        np.testing.assert_array_equal(batch.obs[b], want, err_msg=f"item {start}")
 
 
 def fill(replay: SequenceReplay, steps: int, streams: int = 1, seed: int = 0) -> None:
@@ -600,7 +752,7 @@ def scripted(replay: SequenceReplay, world: World, ref: Reference, steps: int, s
     rng = np.random.default_rng(seed)
     out: list[Any] = []
     for _ in range(steps):
-        rows = [
+        rows: list[tuple[int, bool, float | None]] = [
             (int(rng.integers(0, 3)), bool(rng.random() < 0.15), None) for _ in range(int(rng.integers(1, 3)))
         ]
         write(replay, ref, world, rows)
