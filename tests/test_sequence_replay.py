@@ -4,9 +4,11 @@ episodes and the episodes into items by the rules of the class's docstring.
 Random add sequences (hypothesis) over several streams, interleaved, with short episodes and
 wrap-around compare, after every operation: the drawable items (slots, steps, contents), masks,
 stored states, priorities (maximum at entry, the actor's R2D2 mix), write-backs with and without
-generations and the stale ones dropped.  Then the distribution (chi-square against
-``p^α / Σ p^α``), the weights under both normalisations, resume from ``state_dict`` mid-stream,
-bad input and rejected loads (nothing changed), and threads.
+generations and the stale ones dropped; the same with frame stacks, every observation (padding
+included) built from the stacks added, each frame gathered once, the per-stack gather agreeing
+with the deduplicated one and exact where stacks do not move on.  Then the distribution
+(chi-square against ``p^α / Σ p^α``), the weights under both normalisations, resume from
+``state_dict`` mid-stream, bad input and rejected loads (nothing changed), and threads.
 """
 
 from __future__ import annotations
