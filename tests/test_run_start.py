@@ -310,7 +310,7 @@ def test_apex_ablate_and_actor_learner_say_what_they_run(
         ablate.main(["--total_steps", "1000000"])
     err = capsys.readouterr().err
     assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
-    assert "40 runs (8 arms x 5 seeds)" in err and "docs/results/apex_matched.json" in err
+    assert "40 runs (8 arms x 5 seeds)" in err and "docs/results/apex_matched_first.json" in err
 
     started = _stub(monkeypatch, actor_learner, "main")
     monkeypatch.setattr(sys, "stdin", Stdin("", tty=False))
