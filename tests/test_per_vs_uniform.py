@@ -151,7 +151,7 @@ def test_report_gathers_registered_metrics_and_verdicts(tmp_path: Path) -> None:
         "CartPole-v1",
         per_vs_uniform.RunConfig(("CartPole-v1",), runs=str(tmp_path)),
     )
-    record_start(run_dir(cfgs[names.index("rank")]), {"commit": "ab" * 20, "clean": True, "started": "t"})
+    record_start(run_dir(cfgs[names.index("rank")]), {"commit": "ab" * 20, "clean": True})
     out = tmp_path / "out" / "per_vs_uniform"
     results = per_vs_uniform.main(
         ["report", "--runs", str(tmp_path), "--sb3", str(tmp_path / "sb3.json"), "--out", str(out)]

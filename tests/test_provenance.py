@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes.common.provenance import describe, record_start, run_sources, source_tree, tally
+from recipes.common.provenance import describe, now, record_start, run_sources, source_tree, tally
 
 
 def _git(root: Path, *args: str) -> str:
@@ -35,11 +35,11 @@ def test_commit_and_clean_tree_are_recorded(repo: Path) -> None:
     (repo / "runs" / "out.csv").write_text("untracked outputs do not count\n")
     assert source_tree(repo)["clean"] is True
     (repo / "code.py").write_text("x = 2\n")  # a tracked file changed: not the commit's code
-    assert source_tree(repo) | {"started": ""} == {"commit": here["commit"], "clean": False, "started": ""}
+    assert source_tree(repo) == {"commit": here["commit"], "clean": False}
 
 
 def test_outside_a_checkout_nothing_is_claimed(tmp_path: Path) -> None:
-    assert {k: v for k, v in source_tree(tmp_path).items() if k != "started"} == {
+    assert source_tree(tmp_path) == {
         "commit": None,
         "clean": None,
     }
@@ -56,6 +56,7 @@ def test_starts_append_and_runs_are_tallied(repo: Path, tmp_path: Path) -> None:
     record_start(run_b, second)
     entries = json.loads((run_a / "source.json").read_text())
     assert [e["commit"] for e in entries] == [first["commit"], second["commit"]]
+    assert all(set(e) == {"commit", "clean", "started"} and e["started"] <= now() for e in entries)
     sources = run_sources([run_a, run_b, run_c])
     assert sources == {
         "runs": 3,

@@ -617,7 +617,7 @@ def test_cartpole_comparison_tests_each_arm_against_uniform_with_the_protocols_s
     assert result["holm"] == expected and result["holm"]["survives"]["rank"]
     # every run of these records has no "code": none names a commit; one that does is counted
     assert result["sources"] == {"runs": 18, "commits": {}, "all_clean": True, "unrecorded": 18}
-    runs["rank"][0]["code"] = {"commit": "cd" * 20, "clean": True, "started": "t"}
+    runs["rank"][0]["code"] = {"commit": "cd" * 20, "clean": True}
     with_code = rec.summarize(
         {"timesteps": 800, "eval_every": 400, "eval_episodes": 1, "curve_window": 10}, runs
     )

@@ -24,7 +24,6 @@ against ``single``), ``<out>.md`` and ``<out>.png`` are rewritten after every ru
 
 from __future__ import annotations
 
-import datetime
 import json
 import multiprocessing
 import os
@@ -52,7 +51,7 @@ from recipes.apex.ablate_config import (
 from recipes.apex.config import ApexConfig, run_dir
 from recipes.apex.report import ablate_markdown, ablate_summary, compare_row
 from recipes.common import launch, outputs
-from recipes.common.provenance import source_tree
+from recipes.common.provenance import now, source_tree
 from recipes.dqn.config import run_dir as single_dir
 from recipes.dqn.sweep_report import collect, plot
 
@@ -103,7 +102,7 @@ def run_one(task: tuple[str, int, Run, bool]) -> dict[str, Any]:
             "label": label,
             "run_record": json.loads(record.read_text()) if record.exists() else {},
         }
-    started = {"started": _now(), "loadavg_start": list(os.getloadavg()), "code": source_tree()}
+    started = {"started": now(), "loadavg_start": list(os.getloadavg()), "code": source_tree()}
     if isinstance(run, ApexConfig):
         from recipes.apex.run import train
 
@@ -112,13 +111,9 @@ def run_one(task: tuple[str, int, Run, bool]) -> dict[str, Any]:
         from recipes.dqn.run import train as train_single
 
         result = asdict(train_single(run))
-    ran = {**started, "ended": _now(), "loadavg_end": list(os.getloadavg())}
+    ran = {**started, "ended": now(), "loadavg_end": list(os.getloadavg())}
     outputs.write_json(record, ran)
     return {**result, "label": label, "run_record": ran}
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def ablate(config: AblateConfig, argv: list[str]) -> dict[str, Any]:

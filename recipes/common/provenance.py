@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SOURCE_FILE", "describe", "record_start", "run_sources", "source_tree", "tally"]
+__all__ = ["SOURCE_FILE", "describe", "now", "record_start", "run_sources", "source_tree", "tally"]
 
 SOURCE_FILE = "source.json"
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,23 +39,25 @@ def _git(root: Path, *args: str) -> str | None:
 
 
 def source_tree(root: str | Path | None = None) -> dict[str, Any]:
-    """``{"commit", "clean", "started"}`` of the git tree at ``root`` (default: this checkout)."""
+    """``{"commit", "clean"}`` of the git tree at ``root`` (default: this checkout)."""
     where = Path(root) if root is not None else ROOT
     commit = _git(where, "rev-parse", "HEAD")
     status = _git(where, "status", "--porcelain", "--untracked-files=no") if commit else None
-    return {
-        "commit": commit,
-        "clean": None if status is None else status == "",
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
+    return {"commit": commit, "clean": None if status is None else status == ""}
 
 
-def record_start(run_dir: str | Path, entry: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Append ``entry`` (default: :func:`source_tree` of this checkout; a process starting many
-    runs asks git once) to ``run_dir/source.json``, created if absent; the entry."""
+def now() -> str:
+    """The current UTC time, to the second, in ISO 8601 (the ``started`` of an entry)."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def record_start(run_dir: str | Path, source: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Append ``source`` (default: :func:`source_tree` of this checkout; a process starting many
+    runs asks git once) with ``started`` :func:`now` to ``run_dir/source.json``, created if
+    absent; the entry."""
     path = Path(run_dir) / SOURCE_FILE
     entries = json.loads(path.read_text()) if path.exists() else []
-    entry = source_tree() if entry is None else entry
+    entry = {**(source_tree() if source is None else source), "started": now()}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([*entries, entry], indent=1) + "\n")
     return entry

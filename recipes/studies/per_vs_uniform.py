@@ -201,15 +201,16 @@ def gather(config: ReportConfig) -> dict[str, Any]:
         path = Path(config.runs) / f"{env.replace('/', '_')}.json"
         if path.exists():
             envs[env] = arm_results(json.loads(path.read_text()))
-    if config.sb3 is not None:
-        envs[SB3_ENV] = sb3_results(json.loads(Path(config.sb3).read_text()))
+    sb3 = json.loads(Path(config.sb3).read_text()) if config.sb3 is not None else None
+    if sb3 is not None:
+        envs[SB3_ENV] = sb3_results(sb3)
     if not envs:
         raise ValueError(
             f"runs should hold <env>.json files of the registered environments, but got runs={config.runs!r}"
         )
     sources = {env: env_sources(protocol, env, config.runs) for env in envs if env != SB3_ENV}
-    if config.sb3 is not None:
-        sources[SB3_ENV] = json.loads(Path(config.sb3).read_text()).get("sources", UNRECORDED)
+    if sb3 is not None:
+        sources[SB3_ENV] = sb3.get("sources", UNRECORDED)
     aggregates, comparisons, verdicts = {}, {}, {}
     for env, arms in envs.items():
         aggregates[env] = {

@@ -99,6 +99,7 @@ EVAL_SEED_OFFSET = 10_000
 def train_one(cfg: Config, arm: str, seed: int, bar: tqdm[Any] | None = None) -> dict[str, Any]:
     """One run: learn with periodic evaluations, then score the final greedy policy."""
     _, buffer_kwargs = ARMS[arm]
+    code = source_tree()  # the commit this run's code comes from, and whether the tree is clean
     common = dict(ZOO_CARTPOLE, seed=seed, device="cpu", verbose=0)
     if buffer_kwargs is None:
         model: DQN = DQN("MlpPolicy", ENV_ID, **common)
@@ -120,7 +121,7 @@ def train_one(cfg: Config, arm: str, seed: int, bar: tqdm[Any] | None = None) ->
     weight_mean = model.weight_mean if isinstance(model, PrioritizedDQN) else 1.0  # uniform: all w = 1
     return {
         "seed": seed,
-        "code": source_tree(),  # the commit this run's code came from, and whether the tree was clean
+        "code": code,
         "auc": float(np.mean(scores)),
         "final": scores[-1],
         "weight_mean_last": None if math.isnan(weight_mean) else weight_mean,  # None: no batch drawn
