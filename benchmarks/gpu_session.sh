@@ -13,6 +13,10 @@
 #                                          #   the device tests under sync-debug mode, the captured replay step
 #                                          #   at 10^6 (fused kernels against tensor operations in the diagnosis),
 #                                          #   the loop's arms and CleanRL
+#   SOURCE_COMMIT=<sha> SOURCE_CLEAN=1 bash benchmarks/gpu_session.sh pong
+#                                          # at most 450 s: the next run of the registered 10M-frame Pong
+#                                          #   study (recipes/studies/atari_pong.py): a probe, then the run
+#                                          #   if the loop meets the gate; merge its JSON here afterwards
 #   DRY_RUN=1 bash benchmarks/gpu_session.sh device  # list the stage's steps and limits, run nothing
 #
 # Needs the git-ignored .whl/ (gymnasium, ale-py, tyro, ... for Python 3.12) and .peer/cleanrl/
@@ -24,8 +28,8 @@ stage=${1:-smoke}
 OUT=${OUT:-/tmp/out}
 DRY_RUN=${DRY_RUN:-0}
 case "$stage" in
-  smoke | final | sweep | replay | device | apex) ;;
-  *) echo "stage should be one of smoke, final, sweep, replay, device, apex, but got stage=$stage"; exit 2 ;;
+  smoke | final | sweep | replay | device | apex | pong) ;;
+  *) echo "stage should be one of smoke, final, sweep, replay, device, apex, pong, but got stage=$stage"; exit 2 ;;
 esac
 mkdir -p "$OUT"
 log() { echo "=== $(date +%T) $*"; }
@@ -114,6 +118,19 @@ if [ "$stage" = device ]; then
   step atari_loop_gpu 200 8 python3 -m benchmarks.atari_loop_gpu --updates 1000 --arms uniform,proportional,rank \
     --cleanrl_seconds 30 --out "$OUT/atari_loop_gpu.json" --loop_out "$OUT/atari_loop_cuda.json" \
     --cleanrl_out "$OUT/cleanrl_dqn.json"
+  log done
+fi
+
+if [ "$stage" = pong ]; then
+  # the GPU machine's copy has no git: the caller names the commit it sent (git rev-parse HEAD of a
+  # clean tree); the run's JSON records it and `atari-pong merge` refuses a run without a clean one
+  # the run directories (checkpoints, networks) stay on the machine; their CSVs and records come back
+  step atari_pong 450 all python3 -m recipes.studies atari-pong next --out /tmp/atari_pong --time_budget_s 440 \
+    --source_commit "${SOURCE_COMMIT:-unset}" --source_clean "${SOURCE_CLEAN:-0}"
+  if [ "$DRY_RUN" != 1 ]; then
+    cp /tmp/atari_pong/*.json "$OUT"/ 2>/dev/null
+    (cd /tmp/atari_pong && find runs -name '*.csv' -o -name result.json -o -name source.json | tar czf "$OUT/atari_pong_runs.tgz" -T -)
+  fi
   log done
 fi
 

@@ -300,6 +300,7 @@ UNMARKED: dict[tuple[str, str], str] = {
         "| environment | base agent | arms (each with its baseline) | seeds | agent steps | evaluations |",
     ): ("the registered protocol: seeds, steps and schedules (recipes/studies/configs/per_vs_uniform.yaml)"),
     ("docs/recipes/atari_ddqn.md", "| field | value | source |"): "presets, each value with its source",
+    ("docs/recipes/atari_pong.md", "| value | here | Dopamine |"): "a protocol's values beside their sources",
     ("docs/recipes/cliffwalk.md", "| question | choice | why |"): "design choices and their parameters",
     ("docs/recipes/cliffwalk.md", "| | uniform | oracle | greedy | rank | proportional |"): (
         "computed from the marked table's JSON files (updates / N, log-log slopes): not values of them"

@@ -94,7 +94,7 @@ def test_the_session_script_parses_and_its_device_stage_fits_one_call(tmp_path: 
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-@pytest.mark.parametrize("stage", ["smoke", "final", "sweep", "replay", "device", "apex"])
+@pytest.mark.parametrize("stage", ["smoke", "final", "sweep", "replay", "device", "apex", "pong"])
 def test_every_stage_of_the_session_script_fits_one_call(stage: str, tmp_path: Path) -> None:
     done = _dry_run(stage, tmp_path)
     assert done.returncode == 0, done.stderr

@@ -6,9 +6,10 @@ family's, the protocol's if any, the arm's; :func:`config_files`), then the comm
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -181,6 +182,9 @@ class DDQNConfig:
     """Environments played in parallel during evaluation."""
     noop_max: int = 30
     """Atari: up to this many no-op actions start each episode (train and test, Mnih et al. 2015)."""
+    repeat_action_probability: float = 0.0
+    """Atari: sticky actions, the probability that the emulator repeats the previous action instead
+    of the chosen one at each frame (Machado et al. 2018; Dopamine: 0.25).  0: the DQN papers' game."""
     log_dir: str = "runs/atari_ddqn"
     """Root of run directories (metrics.csv, TensorBoard events, checkpoints)."""
     run_name: str | None = None
@@ -280,6 +284,18 @@ class DDQNConfig:
         cli.positive(self, "lr", "lr_divisor", "priority_eps", "rmsprop_eps", "adam_eps", "lap_kappa")
         for name in ("gamma", "beta0", "beta_end", "eps_start", "eps_end", "eval_epsilon", "rmsprop_decay"):
             cli.in_range(self, name, 0.0, 1.0)
+        cli.require(
+            0.0 <= self.repeat_action_probability < 1.0,
+            "repeat_action_probability",
+            "be in [0, 1)",
+            self.repeat_action_probability,
+        )
+        cli.require(
+            self.repeat_action_probability == 0.0 or env_family(self.env) == "atari",
+            "repeat_action_probability",
+            f"be 0 for env={self.env!r} (sticky actions are the Atari emulator's)",
+            self.repeat_action_probability,
+        )
         if self.time_budget_s is not None:
             cli.at_least(self, 0.0, "time_budget_s")
         cli.require(  # Dopamine's MinAtar network has no hidden layer; every other network has one
@@ -306,6 +322,16 @@ class DDQNConfig:
 def run_dir(cfg: DDQNConfig) -> Path:
     """``log_dir/run_name``, by default ``log_dir/<env>/<arm>/seed<seed>``."""
     return Path(cfg.log_dir) / (cfg.run_name or f"{cfg.env.replace('/', '_')}/{cfg.arm}/seed{cfg.seed}")
+
+
+def same_config(stored: dict[str, Any], cfg: DDQNConfig) -> bool:
+    """Whether a config written to a record or checkpoint (``asdict`` of a ``DDQNConfig``, maybe
+    through JSON) is ``cfg``.  A field the record lacks counts as its default: the record was
+    written before the field existed, when every run had that default."""
+    defaults = {f.name: f.default for f in fields(DDQNConfig)}
+    current = json.loads(json.dumps(asdict(cfg)))
+    completed = {**{k: v for k, v in defaults.items() if k not in stored}, **stored}
+    return bool(json.loads(json.dumps(completed)) == current)
 
 
 def protocols() -> list[str]:

@@ -7,7 +7,8 @@ observation of a new episode.  Three families:
 * Atari (``ALE/<Game>-v5``): the DQN preprocessing of Mnih et al. (2015) — 4 frames of action
   repeat with a max over the last two, 84×84 greyscale, a stack of the last 4 frames, up to 30
   no-op actions at the start of each episode, the minimal action set, no sticky actions (the
-  paper's 2016 setting).  ``backend="vector"`` is ale-py's ``AtariVectorEnv`` (C++ threads),
+  paper's 2016 setting; ``repeat_action_probability`` sets them, as Dopamine's protocol has them).
+  ``backend="vector"`` is ale-py's ``AtariVectorEnv`` (C++ threads),
   ``"gymnasium"`` is ``AtariPreprocessing`` + ``FrameStackObservation`` in a ``SyncVectorEnv``;
   the two apply the same preprocessing.
 * MinAtar (``MinAtar/<Game>-v1``, Young & Tian 2019): 10×10×C boolean observations.
@@ -68,15 +69,22 @@ def make_env(
     noop_max: int = 30,
     threads: int = 1,
     max_episode_frames: int = 108_000,
+    repeat_action_probability: float = 0.0,
 ) -> tuple[gym.vector.VectorEnv, EnvSpec]:
     """A vector environment of ``num_envs`` copies and its :class:`EnvSpec`.
 
     Atari episodes are capped at ``max_episode_frames`` emulator frames (30 minutes of play, as
     in the DQN evaluations); rewards are returned unclipped (the agent clips them for learning).
+    ``repeat_action_probability`` > 0 makes Atari's actions sticky (Machado et al. 2018).
     """
     if num_envs < 1:
         raise ValueError(f"num_envs should be >= 1, but got num_envs={num_envs}")
     family = env_family(env_id)
+    if not 0.0 <= repeat_action_probability < 1.0 or (repeat_action_probability and family != "atari"):
+        raise ValueError(
+            "repeat_action_probability should be in [0, 1), and 0 unless the game is Atari, but got "
+            f"repeat_action_probability={repeat_action_probability!r} for env_id={env_id!r}"
+        )
     if family == "atari":
         if backend in ("auto", "vector"):
             from ale_py.vector_env import AtariVectorEnv
@@ -85,7 +93,7 @@ def make_env(
                 atari_rom(env_id),
                 num_envs,
                 num_threads=threads,
-                repeat_action_probability=0.0,
+                repeat_action_probability=repeat_action_probability,
                 noop_max=noop_max,
                 reward_clipping=False,
                 episodic_life=False,
@@ -93,7 +101,10 @@ def make_env(
             )
         else:
             env = gym.vector.SyncVectorEnv(
-                [lambda: _gymnasium_atari(env_id, noop_max, max_episode_frames) for _ in range(num_envs)],
+                [
+                    lambda: _gymnasium_atari(env_id, noop_max, max_episode_frames, repeat_action_probability)
+                    for _ in range(num_envs)
+                ],
                 autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
             )
         spec = EnvSpec((4, 84, 84), 4, np.uint8, int(env.single_action_space.n))  # type: ignore[attr-defined]
@@ -113,14 +124,16 @@ def make_env(
     return env, EnvSpec(tuple(space.shape), 1, dtype, int(env.single_action_space.n))  # type: ignore[attr-defined]
 
 
-def _gymnasium_atari(env_id: str, noop_max: int, max_episode_frames: int) -> gym.Env[Any, Any]:
+def _gymnasium_atari(
+    env_id: str, noop_max: int, max_episode_frames: int, repeat_action_probability: float = 0.0
+) -> gym.Env[Any, Any]:
     import ale_py
 
     gym.register_envs(ale_py)
     env = gym.make(
         env_id,
         frameskip=1,
-        repeat_action_probability=0.0,
+        repeat_action_probability=repeat_action_probability,
         full_action_space=False,
         max_num_frames_per_episode=max_episode_frames,
     )

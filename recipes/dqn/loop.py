@@ -57,7 +57,12 @@ def start_run(cfg: DDQNConfig) -> torch.device:
 
 def env_options(cfg: DDQNConfig) -> dict[str, Any]:
     """Keywords of :func:`~recipes.dqn.envs.make_env` for the training and evaluation environments."""
-    return dict(backend=cfg.env_backend, noop_max=cfg.noop_max, threads=cfg.env_threads)
+    return dict(
+        backend=cfg.env_backend,
+        noop_max=cfg.noop_max,
+        threads=cfg.env_threads,
+        repeat_action_probability=cfg.repeat_action_probability,
+    )
 
 
 def make_evaluator(cfg: DDQNConfig, device: torch.device, logger: Logger) -> Evaluator:
@@ -164,13 +169,17 @@ def stopping(cfg: DDQNConfig, step: int, started: float) -> str | None:
 def metrics_row(
     state: LoopState, epsilon: float, replay: PrioritizedReplay, steps_per_s: float
 ) -> dict[str, float]:
-    """One ``metrics.csv`` row: the mean return of the last 20 episodes, ε, the memory's α, β and
+    """One ``metrics.csv`` row: the mean return of the last 20 episodes, the number of finished
+    episodes and the sum of their returns, ε, the memory's α, β and
     maximal priority (PER), its size, the updates so far, and the per-update values since the last
     row (loss, mean |δ|, the importance weights' mean and minimum; :class:`MetricWindow`)."""
     recent = state.episode_returns[-20:]
     return {
         "train/episode_return": float(np.mean(recent)) if recent else float("nan"),
         "train/episodes": float(len(state.episode_returns)),
+        # with train/episodes, the mean return of the episodes between any two rows (Dopamine's
+        # per-iteration training return)
+        "train/return_sum": float(np.sum(state.episode_returns)),
         "train/epsilon": epsilon,
         "per/alpha": replay.sampler.alpha,
         "per/beta": replay.sampler.beta,

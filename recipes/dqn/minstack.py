@@ -49,7 +49,7 @@ from tqdm import tqdm
 from recipes.common import outputs
 from recipes.common.provenance import record_start, source_tree
 from recipes.dqn.agent import draw, make_replay, observe, store, sync_target
-from recipes.dqn.config import DDQNConfig, run_dir
+from recipes.dqn.config import DDQNConfig, run_dir, same_config
 from recipes.dqn.envs import lives, make_env, seed_envs
 from recipes.dqn.loop import LoopState, Schedules, env_options, finish, make_evaluator, metrics_row, stopping
 from recipes.dqn.networks import QNetwork, resolve_device
@@ -147,7 +147,9 @@ class _Agents:
 
     def restore(self, ck: dict[str, Any]) -> Clock:
         """Put the checkpoint back; ``ValueError`` when it was written for other configs."""
-        if ck["configs"] != [asdict(c) for c in self.cfgs]:
+        if len(ck["configs"]) != len(self.cfgs) or not all(
+            same_config(stored, c) for stored, c in zip(ck["configs"], self.cfgs, strict=True)
+        ):
             raise ValueError(
                 "checkpoint should hold the same agents' configs as this process, but it holds "
                 f"{[(c['arm'], c['seed']) for c in ck['configs']]}; delete it to start afresh"

@@ -30,6 +30,7 @@ COLUMNS = {
         "step",
         "train/episode_return",
         "train/episodes",
+        "train/return_sum",
         "train/epsilon",
         "train/loss",
         "train/td_abs",
@@ -120,8 +121,12 @@ class Logger:
 
     def __init__(self, run_dir: Path, tensorboard: bool, resume: bool) -> None:
         self.paths = {name: run_dir / f"{name}.csv" for name in COLUMNS}
+        self.columns = dict(COLUMNS)
         for name, path in self.paths.items():
-            if not (resume and path.exists()):
+            if resume and path.exists():  # a file begun by an earlier version keeps its columns
+                with path.open(newline="") as f:
+                    self.columns[name] = tuple(next(csv.reader(f), COLUMNS[name]))
+            else:
                 with path.open("w", newline="") as f:
                     csv.writer(f).writerow(COLUMNS[name])
         self.writer: Any = None
@@ -136,7 +141,7 @@ class Logger:
     def log(self, name: str, step: int | str, metrics: dict[str, float]) -> None:
         row = {"step": step, **metrics}
         with self.paths[name].open("a", newline="") as f:
-            csv.writer(f).writerow([row.get(c, "") for c in COLUMNS[name]])
+            csv.writer(f).writerow([row.get(c, "") for c in self.columns[name]])
         if self.writer is not None and isinstance(step, int):
             for key, value in metrics.items():
                 if math.isfinite(value):

@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from recipes.common import cli, launch, outputs
 from recipes.dqn import sweep_report as report
-from recipes.dqn.config import DDQNConfig, run_dir
+from recipes.dqn.config import DDQNConfig, run_dir, same_config
 from recipes.dqn.plan import sweep_plan
 from recipes.dqn.run import train
 from recipes.dqn.sweep_config import (
@@ -113,7 +113,7 @@ def finished_result(run: DDQNConfig) -> dict[str, Any] | None:
     if not path.exists():
         return None
     result: dict[str, Any] = json.loads(path.read_text())
-    same = result.get("config") == json.loads(json.dumps(asdict(run)))
+    same = isinstance(result.get("config"), dict) and same_config(result["config"], run)
     return result if same and result.get("stopped") == "done" else None
 
 

@@ -46,7 +46,7 @@ from recipes.common import launch, outputs
 from recipes.dqn.agent import PriorityWrites, draw, make_learner, make_replay, observe, store, sync_target
 from recipes.dqn.config import DDQNConfig, load_config
 from recipes.dqn.envs import SendRecv, lives, make_env, reset_with_seeds
-from recipes.dqn.loop import Schedules
+from recipes.dqn.loop import Schedules, env_options
 from recipes.dqn.networks import DQNRMSprop, QNetwork, optimizer_settings, resolve_device
 from recipes.dqn.parts import Timer
 from recipes.dqn.plan import together_plan
@@ -87,6 +87,7 @@ SHARED = (
     "eval_steps",
     "eval_envs",
     "noop_max",
+    "repeat_action_probability",
     "cuda_graph",
     "replay_on_device",
 )
@@ -135,9 +136,7 @@ def train_together(cfgs: list[DDQNConfig], *, progress: bool = True) -> dict[str
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = True  # as cuDNN's convolutions: TF32 matrix products
-    env, spec = make_env(
-        cfg.env, agents * per_agent, backend=cfg.env_backend, noop_max=cfg.noop_max, threads=cfg.env_threads
-    )
+    env, spec = make_env(cfg.env, agents * per_agent, **env_options(cfg))
     members = []
     for c in cfgs:
         torch.manual_seed(c.seed)  # as train(): the same seed gives every arm the same initial θ
@@ -282,9 +281,7 @@ def evaluate_together(
     environment; NaN for an agent none of whose episodes finished."""
     cfg, agents = cfgs[0], len(cfgs)
     per_agent = cfg.eval_envs
-    env, _ = make_env(
-        cfg.env, agents * per_agent, backend=cfg.env_backend, noop_max=cfg.noop_max, threads=cfg.env_threads
-    )
+    env, _ = make_env(cfg.env, agents * per_agent, **env_options(cfg))
     n = agents * per_agent
     seeds = np.array([10**6 + c.seed * 10_000 + e for c in cfgs for e in range(per_agent)])
     obs, _ = reset_with_seeds(env, seeds)

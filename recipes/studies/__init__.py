@@ -37,6 +37,12 @@ COMMANDS = (
         parser="recipes.studies.sb3_cartpole_config:parse",
     ),
     Command(
+        "atari-pong",
+        "Pong at 10M frames against Dopamine's baselines, one run per GPU call (next, then merge)",
+        "recipes.studies.atari_pong:main",
+        parser="recipes.studies.atari_pong_config:parse_command",
+    ),
+    Command(
         "diagnostics-figures",
         "the paper's replay diagnostics (Sec. 5, Figs. 10-11) on two short runs",
         "recipes.studies.diagnostics_figures:main",
