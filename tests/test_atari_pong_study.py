@@ -30,7 +30,7 @@ from recipes.dqn.envs import make_env
 from recipes.dqn.loop import LoopState, metrics_row
 from recipes.dqn.parts import COLUMNS, Logger
 from recipes.studies import atari_pong, atari_pong_report
-from recipes.studies.atari_pong_config import MergeConfig, NextConfig, load_protocol, parse_command
+from recipes.studies.atari_pong_config import MergeConfig, NextConfig, load_protocol, parse_command, planned
 
 PROTOCOL = load_protocol()
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -56,7 +56,7 @@ def test_each_registered_run_is_the_paper_arm_under_dopamines_protocol() -> None
 
 
 def test_runs_go_seed_by_seed_and_the_next_is_the_first_missing() -> None:
-    order = atari_pong.planned(PROTOCOL)
+    order = planned(PROTOCOL)
     assert order[:4] == [("uniform", 0), ("proportional", 0), ("rank", 0), ("uniform", 1)]
     assert len(order) == len(set(order)) == 15
     held = {"runs": [{"arm": "uniform", "seed": 0}, {"arm": "rank", "seed": 0}]}

@@ -35,23 +35,24 @@ from typing import Any
 
 from recipes.common import cli, launch, outputs
 from recipes.common.provenance import now, source_tree
-from recipes.studies.atari_pong_config import PROG, MergeConfig, NextConfig, load_protocol, parse_command
+from recipes.studies.atari_pong_config import (
+    PROG,
+    MergeConfig,
+    NextConfig,
+    load_protocol,
+    parse_command,
+    planned,
+)
 
 __all__ = [
     "iteration_returns",
     "main",
     "pending",
-    "planned",
     "required_rate",
     "run_config",
     "run_name",
     "run_next",
 ]
-
-
-def planned(protocol: dict[str, Any]) -> list[tuple[str, int]]:
-    """Every registered (arm, seed) in the order the calls train them: seed-major."""
-    return [(arm, seed) for seed in protocol["seeds"] for arm in protocol["arms"]]
 
 
 def pending(protocol: dict[str, Any], results: dict[str, Any] | None) -> list[tuple[str, int]]:

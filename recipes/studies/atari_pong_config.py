@@ -17,15 +17,24 @@ import yaml
 
 from recipes.common import cli
 
-__all__ = ["PROG", "PROTOCOL", "RESULTS", "MergeConfig", "NextConfig", "load_protocol", "parse_command"]
+__all__ = [
+    "PROG",
+    "PROTOCOL",
+    "RESULTS",
+    "MergeConfig",
+    "NextConfig",
+    "load_protocol",
+    "parse_command",
+    "planned",
+]
 
 PROG = "python -m recipes.studies atari-pong"
 PROTOCOL = Path(__file__).parent / "configs" / "atari_pong.yaml"
 RESULTS = "docs/results/atari_pong.json"
 """The accumulated results: the runs merged so far, their summary and the protocol."""
 COMMANDS = {
-    "next": "train the first registered run the results lack (on the GPU machine, one per call)",
-    "merge": "add finished runs' JSON files to the results and write its .md and .png",
+    "next": "train the first registered run the results lack (on the GPU machine, one per call).",
+    "merge": "add finished runs' JSON files to the results, then write its table and plot (.md, .png).",
 }
 EPILOG = "Protocol: recipes/studies/configs/atari_pong.yaml; prose: docs/recipes/atari_pong.md."
 
@@ -34,6 +43,11 @@ def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
     """The registered protocol, as committed."""
     protocol: dict[str, Any] = yaml.safe_load(path.read_text())
     return protocol
+
+
+def planned(protocol: dict[str, Any]) -> list[tuple[str, int]]:
+    """Every registered (arm, seed) in the order the calls train them: seed-major."""
+    return [(arm, seed) for seed in protocol["seeds"] for arm in protocol["arms"]]
 
 
 @dataclass(frozen=True)

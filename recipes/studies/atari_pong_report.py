@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from recipes.common import outputs, rl_metrics
-from recipes.studies.atari_pong import planned
-from recipes.studies.atari_pong_config import PROG, MergeConfig, load_protocol
+from recipes.studies.atari_pong_config import PROG, MergeConfig, load_protocol, planned
 
 __all__ = ["check_run", "markdown", "merge", "plot", "summarize"]
 
