@@ -223,6 +223,7 @@ def test_merged_runs_accumulate_and_aggregate_from_three_seeds(tmp_path: Path) -
         ({"overrides": {"device": "cpu"}}, "overrides"),
         ({"complete": False, "stopped": "time_budget"}, "did not finish"),
         ({"steps": 1_000}, "did not finish"),
+        ({"auc": None, "final": None}, "no training episode ended"),
         ({"source": {"commit": COMMIT, "clean": False}}, "clean commit"),
         ({"source": {"commit": None, "clean": None}}, "clean commit"),
         ({"study": "other"}, "not a run record"),
@@ -282,6 +283,12 @@ def test_next_trains_the_first_missing_run_and_merge_takes_it(
     assert (record["arm"], record["seed"], record["complete"], record["steps"]) == ("uniform", 0, True, 1_200)
     assert len(record["iteration_returns"]) == 3 and record["config"]["repeat_action_probability"] == 0.25
     written = tmp_path / "out" / "atari_pong_uniform_seed0.json"
+    # no Pong episode ends within 300 steps per environment: the run has no AUC and may not join
+    with pytest.raises(ValueError, match="no training episode ended"):
+        atari_pong_report.merge(MergeConfig((str(written),), str(results)), [])
+    # as if episodes had ended: the record as written otherwise joins
+    joined = {**json.loads(written.read_text()), "iteration_returns": [-21.0, -20.0, -19.0]}
+    written.write_text(json.dumps({**joined, "auc": -20.0, "final": -19.0}))
     atari_pong_report.merge(MergeConfig((str(written),), str(results)), [])
     assert atari_pong.pending(tiny, json.loads(results.read_text()))[0] == ("proportional", 0)
 

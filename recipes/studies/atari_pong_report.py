@@ -44,6 +44,8 @@ def check_run(record: Any, protocol: dict[str, Any], held: set[tuple[str, int]],
         refuse(f"ran with overrides {record.get('overrides')!r}")
     if not record.get("complete") or record.get("steps") != protocol["total_steps"]:
         refuse(f"did not finish (stopped: {record.get('stopped')!r}, steps: {record.get('steps')!r})")
+    if record.get("auc") is None or record.get("final") is None:
+        refuse("has an iteration in which no training episode ended (no AUC or final value)")
     source = record.get("source") or {}
     if not source.get("commit") or source.get("clean") is not True:
         refuse(f"does not come from a clean commit (source: {source!r})")
