@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from recipes.dqn.config import DDQNConfig, load_config
 from recipes.dqn.envs import EnvSpec, atari_rom, evaluate, load_atari_scores, make_env, normalized_score
 from recipes.dqn.loop import Schedules
 from recipes.dqn.networks import DQNRMSprop, QNetwork, make_optimizer
+from recipes.dqn.parts import TIMED, Timer
 from recipes.dqn.run import train
 
 torch.set_num_threads(1)
@@ -282,6 +285,34 @@ def test_resume_without_memory_refills_before_learning(tmp_path: Path) -> None:
     resumed = train(_cartpole(tmp_path, run_name="lean", resume=True, checkpoint_memory=False))
     # 300 steps: 100 refill the memory, then one update per 2 steps (K = 2) plus the step carried over
     assert resumed.steps == 600 and resumed.updates - first.updates == (600 - 400) // 2 + 1
+
+
+def test_timer_banks_its_wall_time_in_a_checkpoint_and_knows_none_from_an_older_one() -> None:
+    """Pickled (a checkpoint), a timer keeps the seconds so far; one unpickled from a checkpoint
+    written before they were kept (no ``wall_before``; ``clock`` was another process's
+    ``perf_counter``) reports no wall time rather than a wrong one."""
+    banked = pickle.loads(pickle.dumps(Timer(since=time.perf_counter() - 5.0)))
+    before, wall = banked.wall_before, banked.wall()
+    assert before is not None and wall is not None and 5.0 <= before <= wall < 60.0
+    older = Timer.__new__(Timer)
+    learning = {"step": 5, "totals": dict.fromkeys(TIMED, 0.0), "clock": 12.0}
+    older.__setstate__({"totals": dict.fromkeys(TIMED, 1.0), "learning_from": learning})
+    assert older.wall() is None and older.resumes == 0
+    phase = older.learning_phase(10, 3)
+    assert phase is not None and phase["wall_s"] is None and phase["steps"] == 5
+
+
+def test_resumed_run_counts_the_wall_time_of_every_process(tmp_path: Path) -> None:
+    """A run stopped and resumed reports its wall time and speed over both processes."""
+    first = train(_cartpole(tmp_path, run_name="twice", stop_after=300))
+    assert first.resumes == 0 and first.wall_s is not None
+    outside = time.perf_counter()
+    resumed = train(_cartpole(tmp_path, run_name="twice", resume=True))
+    outside = time.perf_counter() - outside
+    assert resumed.resumes == 1 and resumed.wall_s is not None and resumed.wall_s > outside
+    assert resumed.steps_per_s == resumed.steps / resumed.wall_s
+    phase = resumed.learning_phase
+    assert phase is not None and phase["wall_s"] is not None and outside < phase["wall_s"] < resumed.wall_s
 
 
 def test_cartpole_smoke_writes_logs_and_reevaluates_the_best_policy(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -183,8 +184,16 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path: Path) -> None:
     first = train_stacked(parts, checkpoint=tmp_path / "parts.pt", stop_after=150, progress=False)
     assert first["stopped"] == "stop_after" and first["results"] == []
     assert not (run_dir(parts[0]) / "result.json").exists()
+    outside = time.perf_counter()
     second = train_stacked(parts, checkpoint=tmp_path / "parts.pt", checkpoint_every=70, progress=False)
+    outside = time.perf_counter() - outside
     assert second["stopped"] == "done" and second["steps_per_agent"] == 300
+    # the run's wall time counts both processes: more than the second alone took
+    assert second["run_wall_s"] > outside > second["wall_s"]
+    for p in parts:
+        r = _result(p)
+        assert r["resumes"] == 1 and r["wall_s"] > outside and r["steps_per_s"] == 300 / r["wall_s"]
+    assert all(_result(w)["resumes"] == 0 for w in whole)
     for w, p in zip(whole, parts, strict=True):
         a, b = _result(w), _result(p)
         assert a["eval_scores"] == b["eval_scores"] and a["best_policy_score"] == b["best_policy_score"]

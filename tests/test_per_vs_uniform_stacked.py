@@ -80,6 +80,32 @@ def test_stopped_process_continues_to_the_same_record(tmp_path: Path) -> None:
     assert record.keys() == whole[ENV].keys()
     again = train_env(ENV, _config(tmp_path / "parts"))
     assert again["reused"] and len(again["results"]) == len(whole[ENV])
+    walls = [r["wall_s"] for r in again["results"]]  # over both processes of the stacked run
+    assert all(r["resumes"] == 1 for r in again["results"]) and again["run_wall_s"] == max(walls)
+
+
+def test_record_of_runs_resumed_before_their_wall_time_was_kept_says_it_is_unknown(tmp_path: Path) -> None:
+    """A result written before runs counted their resumes took its wall time from its last process
+    alone: where source.json lists two starts, the record gives no wall time and no speed."""
+    config = _config(tmp_path)
+    run_stacked(_config(tmp_path, stop_after=150), [])
+    run_stacked(config, [])
+    for path in tmp_path.glob("runs/**/result.json"):
+        old = json.loads(path.read_text())
+        del old["resumes"]
+        path.write_text(json.dumps(old))
+    again = train_env(ENV, config)
+    assert again["run_wall_s"] is None
+    assert all(r["wall_s"] is None and r["steps_per_s"] is None for r in again["results"])
+    run_stacked(config, [])
+    table = (tmp_path / "MinAtar_Breakout-v1.md").read_text()
+    assert "sweep wall time: unknown" in table
+    record = json.loads((tmp_path / "MinAtar_Breakout-v1.json").read_text())
+    assert all(set(curve["wall_s"]) == {None} for curve in record.values())
+    for path in tmp_path.glob("runs/**/source.json"):  # one start only: the last process was the run
+        path.write_text(json.dumps(json.loads(path.read_text())[:1]))
+    once = train_env(ENV, config)
+    assert once["run_wall_s"] is not None and all(r["resumes"] == 0 for r in once["results"])
 
 
 def test_agents_that_cannot_stack_are_refused_before_anything_runs(

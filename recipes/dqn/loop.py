@@ -262,6 +262,7 @@ def resume(
     for name in ("q", "q_target", "optimizer"):
         parts[name].load_state_dict(ck[name])
     state: LoopState = ck["loop"]
+    state.timer.resumes += 1
     if "memory" in ck["replay"]:
         parts["replay"].load_state_dict(ck["replay"])
     else:  # memory not saved: refill it (learning_starts steps); α and β follow the step anyway
@@ -294,7 +295,6 @@ def finish(
     env: Any,
     parts: dict[str, Any],
     stopped: str,
-    started: float,
     logger: Logger,
     *,
     write_checkpoint: bool = True,
@@ -313,7 +313,7 @@ def finish(
     logger.close()
     env.close()
     evaluator.env.close()
-    wall = time.perf_counter() - started
+    wall = state.timer.wall()
     best_score = record.best_score if record.best_step is not None else float("nan")
     best_policy = best.score if best is not None else float("nan")
     result = RunResult(
@@ -330,10 +330,11 @@ def finish(
         steps=state.step,
         updates=state.updates,
         wall_s=wall,
-        steps_per_s=state.step / wall,
+        steps_per_s=None if wall is None else state.step / wall,
         stopped=stopped,
         timing_s=dict(state.timer.totals),
         learning_phase=learning,
+        resumes=state.timer.resumes,
     )
     outputs.write_json(run_dir(cfg) / "result.json", asdict(result))
     return result

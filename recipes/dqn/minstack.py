@@ -204,8 +204,10 @@ def train_stacked(
     The process stops at ``total_steps`` agent steps of each agent, or earlier at ``stop_after``
     steps or after ``time_budget_s`` seconds of this call, writing ``checkpoint`` then (and every
     ``checkpoint_every`` steps).  Returns ``{"stopped", "agents", "steps_per_agent", "updates_per_agent",
-    "wall_s", "agent_steps_per_s" (all agents' steps of this call per second), "learning_phase",
-    "timing_s", "results"}``; ``results`` holds each agent's ``result.json`` once it is done."""
+    "wall_s" (this call), "run_wall_s" (every process of the run; None: resumed from a checkpoint
+    written before it was kept), "agent_steps_per_s" (all agents' steps of this call per second),
+    "learning_phase", "timing_s", "results"}``; ``results`` holds each agent's ``result.json`` once
+    it is done."""
     check_stacked(cfgs)
     for name, value in (("checkpoint_every", checkpoint_every), ("stop_after", stop_after)):
         if value is not None and value < 1:
@@ -224,9 +226,11 @@ def train_stacked(
     agents = _Agents(cfgs, device, resumed=ck is not None)
     if ck is not None:
         clock = agents.restore(ck)
+        clock.timer.resumes += 1
         clock.next_checkpoint = None if checkpoint_every is None else clock.step + checkpoint_every
     else:
         clock = Clock(0, cfg.target_update_period, cfg.eval_every, cfg.log_every, checkpoint_every)
+    clock.timer.start(started)
     first_step, timer, rate = clock.step, clock.timer, StepRate(clock.step)
     limits = replace(cfg, stop_after=stop_after, time_budget_s=time_budget_s)
     A, n, rows = len(cfgs), cfg.num_envs, np.arange(cfg.num_envs)
@@ -317,6 +321,7 @@ def train_stacked(
         "steps_per_agent": clock.step,
         "updates_per_agent": clock.updates,
         "wall_s": wall,
+        "run_wall_s": timer.wall(),
         "agent_steps_per_s": A * (clock.step - first_step) / wall,
         "learning_phase": timer.learning_phase(clock.step, clock.updates),
         "timing_s": dict(timer.totals),
@@ -333,9 +338,7 @@ def train_stacked(
     for a, (c, st) in enumerate(zip(cfgs, agents.states, strict=True)):
         st.step, st.updates, st.timer = clock.step, clock.updates, timer
         parts = {"q": agents.q.member(a), "evaluator": agents.evaluators[a]}
-        done = finish(
-            c, st, agents.envs[a], parts, stopped, started, agents.loggers[a], write_checkpoint=False
-        )
+        done = finish(c, st, agents.envs[a], parts, stopped, agents.loggers[a], write_checkpoint=False)
         results.append(asdict(done))
     return summary
 

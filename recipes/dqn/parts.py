@@ -54,11 +54,42 @@ TIMED = ("act", "env", "add", "sample", "learn", "update_priorities")
 
 @dataclass
 class Timer:
-    """Seconds spent in each part of the loop (``TIMED``), and the totals when learning began."""
+    """Seconds spent in each part of the loop (``TIMED``), the totals when learning began, and the
+    run's wall-clock time over every process it ran in.
+
+    Pickling (a checkpoint) banks this process's wall-clock time into ``wall_before``; unpickling
+    (the resumed process) starts counting anew.  A timer from a checkpoint written before the run's
+    wall time was kept knows none of it: ``wall_before`` is None and so is :meth:`wall`."""
 
     totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TIMED, 0.0))
     learning_from: dict[str, Any] | None = None
-    """``{"step", "totals"}`` at the first update: splits acting from learning in the result."""
+    """``{"step", "totals", "wall"}`` at the first update: splits acting from learning in the result."""
+    wall_before: float | None = 0.0
+    """Wall-clock seconds of the run's earlier processes (None: unknown)."""
+    since: float = field(default_factory=time.perf_counter)
+    """When this process began counting (``time.perf_counter``: meaningful in this process only)."""
+    resumes: int = 0
+    """Times the run continued from a checkpoint."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "wall_before": self.wall(), "since": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # a checkpoint written before the run's wall time was kept: its earlier processes are unknown
+        state.setdefault("wall_before", None)
+        state.setdefault("resumes", 0)
+        if state.get("learning_from") is not None and "wall" not in state["learning_from"]:
+            state["learning_from"] = {**state["learning_from"], "wall": None}
+        self.__dict__.update(state, since=time.perf_counter())
+
+    def start(self, started: float) -> None:
+        """Count this process from ``started`` (its ``time.perf_counter()`` at the start, set-up
+        included)."""
+        self.since = started
+
+    def wall(self) -> float | None:
+        """The run's wall-clock seconds so far, over every process it ran in (None: unknown)."""
+        return None if self.wall_before is None else self.wall_before + time.perf_counter() - self.since
 
     @contextmanager
     def __call__(self, part: str) -> Iterator[None]:
@@ -70,19 +101,21 @@ class Timer:
 
     def mark_learning(self, step: int) -> None:
         if self.learning_from is None:
-            self.learning_from = {"step": step, "totals": dict(self.totals), "clock": time.perf_counter()}
+            self.learning_from = {"step": step, "totals": dict(self.totals), "wall": self.wall()}
 
     def learning_phase(self, step: int, updates: int) -> dict[str, Any] | None:
         """``{"steps", "updates", "timing_s", "wall_s"}`` since the first update (None before it);
-        ``wall_s`` is the wall-clock time since then, the loop's untimed work included."""
+        ``wall_s`` is the wall-clock time since then, the loop's untimed work included (None when a
+        checkpoint written before it was kept lies in between)."""
         if self.learning_from is None:
             return None
         since = self.learning_from["totals"]
+        now, then = self.wall(), self.learning_from["wall"]
         return {
             "steps": step - self.learning_from["step"],
             "updates": updates,
             "timing_s": {k: self.totals[k] - since[k] for k in self.totals},
-            "wall_s": time.perf_counter() - self.learning_from.get("clock", time.perf_counter()),
+            "wall_s": None if now is None or then is None else now - then,
         }
 
 
@@ -209,15 +242,21 @@ class RunResult:
     """``best_score`` human-normalised, for comparison."""
     steps: int
     updates: int
-    wall_s: float
-    steps_per_s: float
+    wall_s: float | None
+    """Wall-clock seconds over every process the run ran in (None: it resumed from a checkpoint
+    written before they were kept)."""
+    steps_per_s: float | None
+    """``steps / wall_s``."""
     stopped: str
     """'done', 'time_budget' or 'stop_after'."""
     timing_s: dict[str, float]
     """Seconds spent acting, stepping the environments, in replay.add, replay.sample, the network
     update ('learn') and replay.update_priorities."""
     learning_phase: dict[str, Any] | None = None
-    """From the first update on: {"steps", "updates", "timing_s"} (None if learning never started)."""
+    """From the first update on: {"steps", "updates", "timing_s", "wall_s"} (None if learning never
+    started)."""
+    resumes: int = 0
+    """Times the run continued from a checkpoint."""
 
 
 def finite_or_none(value: float) -> float | None:

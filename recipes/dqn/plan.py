@@ -40,8 +40,9 @@ def _loop_arm(arm: str) -> Callable[[Any], float]:
 
 
 def _sweep_arm(arm: str) -> Callable[[Any], Sequence[float]]:
-    """An arm's per-run ``steps_per_s`` in a ``python -m recipes.dqn sweep`` JSON (their median counts)."""
-    return lambda data: [float(v) for v in data[arm]["steps_per_s"]]
+    """An arm's per-run ``steps_per_s`` in a ``python -m recipes.dqn sweep`` JSON (their median counts;
+    a run whose speed is unknown, None, does not)."""
+    return lambda data: [float(v) for v in data[arm]["steps_per_s"] if v is not None]
 
 
 _SOURCES: tuple[tuple[str, str, str, str, Callable[[str], Callable[[Any], float | Sequence[float]]]], ...] = (

@@ -119,6 +119,7 @@ def train(cfg: DDQNConfig) -> RunResult:
         q=q, q_target=q_target, optimizer=optimizer, replay=replay, rng=rng, evaluator=evaluator, laber=laber
     )
     state, env = resume(cfg, load_checkpoint(run_dir(cfg) / "checkpoint.pt", device), env, parts)
+    state.timer.start(started)
     timer, window, rate = state.timer, state.window, StepRate(state.step)
     bar = progress_bar(cfg, state.step)
     forward = GraphedForward(q, graph=graph)  # acting's Q(S_t, ·), a CUDA graph on a GPU
@@ -215,7 +216,7 @@ def train(cfg: DDQNConfig) -> RunResult:
     bar.close()
     if diagnostics is not None:
         save_diagnostics(cfg, diagnostics, state.step, replay)
-    return finish(cfg, state, env, parts, stopped, started, logger)
+    return finish(cfg, state, env, parts, stopped, logger)
 
 
 def main(argv: list[str]) -> RunResult:

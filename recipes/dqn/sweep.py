@@ -37,6 +37,7 @@ from typing import Any
 from tqdm import tqdm
 
 from recipes.common import cli, launch, outputs
+from recipes.common.provenance import SOURCE_FILE
 from recipes.dqn import sweep_report as report
 from recipes.dqn.config import DDQNConfig, run_dir, same_config
 from recipes.dqn.plan import sweep_plan
@@ -114,7 +115,20 @@ def finished_result(run: DDQNConfig) -> dict[str, Any] | None:
         return None
     result: dict[str, Any] = json.loads(path.read_text())
     same = isinstance(result.get("config"), dict) and same_config(result["config"], run)
-    return result if same and result.get("stopped") == "done" else None
+    return counted_resumes(result, path.parent) if same and result.get("stopped") == "done" else None
+
+
+def counted_resumes(result: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """``result`` with its ``resumes``.  A result written before runs counted them took ``wall_s``
+    and ``steps_per_s`` from its last process alone; where the run's ``source.json`` lists more than
+    one start, the run's wall time is unknown, so both become None."""
+    if "resumes" in result:
+        return result
+    path = directory / SOURCE_FILE
+    starts = json.loads(path.read_text()) if path.exists() else []
+    resumes = max(len(starts) - 1, 0)
+    unknown = {"wall_s": None, "steps_per_s": None} if resumes else {}
+    return {**result, "resumes": resumes, **unknown}
 
 
 def run_all(
@@ -144,7 +158,9 @@ def run_all(
             print(f"run {run.arm} seed {run.seed} failed: {outcome!r}", file=sys.stderr)
         else:
             results[i] = outcome
-            bar.set_postfix_str(f"{run.arm} s{run.seed}: {outcome['steps_per_s']:.0f} steps/s", refresh=False)
+            rate = outcome["steps_per_s"]
+            speed = "speed unknown" if rate is None else f"{rate:.0f} steps/s"
+            bar.set_postfix_str(f"{run.arm} s{run.seed}: {speed}", refresh=False)
             outputs.write_json(
                 out_json, report.collect([r for r in results if r is not None]), compact_lists=True
             )

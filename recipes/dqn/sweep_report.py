@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,10 @@ def _finite(value: Any) -> Any:
     return value if value is None or math.isfinite(value) else None
 
 
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)
+
+
 def collect(results: list[dict[str, Any]]) -> dict[str, Any]:
     """``{curve: {"steps", "returns" (per step, per seed), "seeds", "best", "best_selecting",
     "steps_reached", ..., "log_steps", "weight_mean" (per logged step, per seed)}}``; one curve per
@@ -66,8 +71,8 @@ def collect(results: list[dict[str, Any]]) -> dict[str, Any]:
             "best": [_finite(r.get("best_policy_score", r["best_score"])) for r in mine],
             "best_selecting": [_finite(r["best_score"]) for r in mine],
             "steps_reached": [r["steps"] for r in mine],
-            "steps_per_s": [round(r["steps_per_s"], 1) for r in mine],
-            "wall_s": [round(r["wall_s"], 1) for r in mine],
+            "steps_per_s": [_rounded(r["steps_per_s"]) for r in mine],
+            "wall_s": [_rounded(r["wall_s"]) for r in mine],
             "stopped": [r["stopped"] for r in mine],
             "log_steps": log_steps,
             "weight_mean": [[w.get(s) for w in weights] for s in log_steps],
@@ -145,7 +150,12 @@ def _draw_curves(
 # -- the record --------------------------------------------------------------------------------------
 
 
-def _fmt(values: list[float]) -> str:
+def _fmt_known(values: Sequence[float | None]) -> str:
+    """``_fmt`` when every run's value is known, "–" otherwise (a part would read as the whole)."""
+    return "–" if any(v is None for v in values) else _fmt(values)
+
+
+def _fmt(values: Sequence[float | None]) -> str:
     finite = [v for v in values if v is not None and math.isfinite(v)]
     if not finite:
         return "–"
@@ -158,7 +168,7 @@ def markdown(
     command: str,
     results: list[dict[str, Any]],
     curves: dict[str, Any],
-    wall: float,
+    wall: float | None,
     stem: str,
     machine: str | None = None,
 ) -> str:
@@ -182,7 +192,10 @@ def markdown(
         f"- machine: {machine or outputs.machine_description()}; {jobs} parallel run(s), one torch "
         "thread each, "
         f"device `{config.device}`",
-        f"- sweep wall time: {wall:,.0f} s for {len(results)} runs",
+        f"- sweep wall time: {wall:,.0f} s for {len(results)} runs"
+        if wall is not None
+        else f"- sweep wall time: unknown for {len(results)} runs (a run resumed from a checkpoint "
+        "written before its wall time was kept; its speed too)",
         f"- score: mean return of the evaluation episodes (at most {first['eval_episodes']} episodes / "
         f"{first['eval_steps']:,} agent steps, ε as in the table below), every "
         f"{first['eval_every']:,} agent steps; "
@@ -214,8 +227,8 @@ def markdown(
             _interval(metrics["final"]),
             _fmt(metrics["final"]),
             _fmt(data["best"]),
-            _fmt(data["steps_per_s"]),
-            _fmt(data["wall_s"]),
+            _fmt_known(data["steps_per_s"]),
+            _fmt_known(data["wall_s"]),
         ]
         if scores:
             best = [b for b in data["best"] if b is not None and math.isfinite(b)]
@@ -294,7 +307,7 @@ def write_record(
     finished: list[dict[str, Any]],
     jobs: int,
     command: str,
-    wall: float,
+    wall: float | None,
     out_dir: Path,
 ) -> dict[str, Any]:
     """One environment's sweep record (``per-vs-uniform run`` and ``stacked``) from its finished

@@ -119,7 +119,7 @@ def iteration_returns(
 
 def _learning_rate(result: Any) -> float:
     phase = result.learning_phase
-    return float(phase["steps"] / phase["wall_s"]) if phase and phase["wall_s"] > 0 else 0.0
+    return float(phase["steps"] / phase["wall_s"]) if phase and (phase["wall_s"] or 0) > 0 else 0.0
 
 
 def _device_name(cfg: Any) -> str:

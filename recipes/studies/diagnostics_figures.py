@@ -88,7 +88,7 @@ def run_dqn(config: FiguresConfig, arm: str, out: Path) -> dict[str, Any]:
         "files": [str(f) for f in files],
         "steps": result.steps,
         "updates": result.updates,
-        "wall_s": round(result.wall_s, 1),
+        "wall_s": None if result.wall_s is None else round(result.wall_s, 1),
         "replay_counts": summary,
     }
 

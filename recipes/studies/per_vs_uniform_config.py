@@ -209,11 +209,12 @@ def parse_command(argv: Sequence[str] | None = None) -> RunConfig | StackedConfi
 
 
 def _rate(env: str) -> Measured | None:
-    """The median agent steps/s of the committed runs of ``env`` (every arm's)."""
+    """The median agent steps/s of the committed runs of ``env`` (every arm's whose speed is known)."""
     if env not in RESULTS:
         return None
     label = f"{env}, the registered runs, 2 at once on 2 CPU cores"
-    return launch.measured(RESULTS[env], label, lambda d: [v for a in d.values() for v in a["steps_per_s"]])
+    known = lambda d: [v for a in d.values() for v in a["steps_per_s"] if v is not None]  # noqa: E731
+    return launch.measured(RESULTS[env], label, known)
 
 
 def _steps(run: DDQNConfig) -> int:

@@ -50,7 +50,9 @@ def train_env(env: str, config: StackedConfig, position: int = 0) -> dict[str, A
     earlier = [finished_result(r) for r in runs]
     if all(e is not None for e in earlier):
         results = [{**e, "label": n} for e, n in zip(earlier, names, strict=True) if e is not None]
-        return {"env": env, "stopped": "done", "reused": True, "wall_s": 0.0, "results": results}
+        walls = [r["wall_s"] for r in results]  # every agent of a process runs its whole time
+        wall = None if None in walls else max(walls)
+        return {"env": env, "stopped": "done", "reused": True, "run_wall_s": wall, "results": results}
     summary = train_stacked(
         runs,
         checkpoint=checkpoint_path(config, env),
@@ -90,7 +92,7 @@ def run_stacked(config: StackedConfig, argv: list[str]) -> dict[str, Any]:
             return
         first = planned[env][0][0]
         curves[env] = write_record(
-            env, first, outcome["results"], config.jobs, command, outcome["wall_s"], out_dir
+            env, first, outcome["results"], config.jobs, command, outcome["run_wall_s"], out_dir
         )
         what = "reused" if outcome["reused"] else f"{outcome['agent_steps_per_s']:,.0f} agent steps/s"
         stem = out_dir / env.replace("/", "_")
