@@ -229,5 +229,8 @@ def _same(x: Any, y: Any) -> bool:
 def test_resume_refuses_a_checkpoint_of_other_agents(tmp_path: Path) -> None:
     cfgs = _configs(tmp_path)
     train_stacked(cfgs, checkpoint=tmp_path / "ck.pt", stop_after=50, progress=False)
+    before = {p: p.read_bytes() for p in tmp_path.glob("**/*") if p.is_file()}
     with pytest.raises(ValueError, match="same agents' configs"):
         train_stacked(cfgs[:2], checkpoint=tmp_path / "ck.pt", progress=False)
+    # the refusal wrote nothing: no run directory gained a start in source.json or a new config.json
+    assert {p: p.read_bytes() for p in tmp_path.glob("**/*") if p.is_file()} == before

@@ -146,14 +146,7 @@ class _Agents:
         }
 
     def restore(self, ck: dict[str, Any]) -> Clock:
-        """Put the checkpoint back; ``ValueError`` when it was written for other configs."""
-        if len(ck["configs"]) != len(self.cfgs) or not all(
-            same_config(stored, c) for stored, c in zip(ck["configs"], self.cfgs, strict=True)
-        ):
-            raise ValueError(
-                "checkpoint should hold the same agents' configs as this process, but it holds "
-                f"{[(c['arm'], c['seed']) for c in ck['configs']]}; delete it to start afresh"
-            )
+        """Put the checkpoint back (one :func:`check_checkpoint` accepted)."""
         self.q.load_state_dict(ck["q"])
         self.q_target.load_state_dict(ck["q_target"])
         self.optimizer.load_state_dict(ck["optimizer"])
@@ -185,6 +178,17 @@ class _Agents:
             st.obs, info = seed_envs(self.envs[a], c.seed + 1000 * step)
             st.prev_done, st.life = np.zeros(c.num_envs, dtype=bool), lives(info, c.num_envs)
             st.returns = np.zeros(c.num_envs)
+
+
+def check_checkpoint(ck: dict[str, Any], cfgs: list[DDQNConfig]) -> None:
+    """``ValueError`` when the checkpoint ``ck`` was written for other agents than ``cfgs``."""
+    if len(ck["configs"]) != len(cfgs) or not all(
+        same_config(stored, c) for stored, c in zip(ck["configs"], cfgs, strict=True)
+    ):
+        raise ValueError(
+            "checkpoint should hold the same agents' configs as this process, but it holds "
+            f"{[(c['arm'], c['seed']) for c in ck['configs']]}; delete it to start afresh"
+        )
 
 
 def train_stacked(
@@ -223,6 +227,8 @@ def train_stacked(
     torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
     ck = load_payload(checkpoint) if checkpoint is not None else None
+    if ck is not None:  # before the agents write their run directories: a refusal changes nothing
+        check_checkpoint(ck, cfgs)
     agents = _Agents(cfgs, device, resumed=ck is not None)
     if ck is not None:
         clock = agents.restore(ck)
