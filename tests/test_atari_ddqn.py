@@ -279,6 +279,18 @@ def test_resume_continues_identically(tmp_path: Path, arm: str, n_step: int) -> 
     np.testing.assert_array_equal(a["replay"]["sampler"]["priorities"], b["replay"]["sampler"]["priorities"])
 
 
+def test_resume_refuses_a_checkpoint_of_another_config_and_writes_nothing(tmp_path: Path) -> None:
+    """A run resumed with a config that changes what it learns is refused, naming the field,
+    before its directory is touched; where and when it stops may change."""
+    train(_cartpole(tmp_path, run_name="kept", stop_after=300))
+    before = {p: p.read_bytes() for p in (tmp_path / "kept").glob("**/*") if p.is_file()}
+    with pytest.raises(ValueError, match=r"lr=0\.001"):
+        train(_cartpole(tmp_path, run_name="kept", resume=True, lr=1e-3))
+    assert {p: p.read_bytes() for p in (tmp_path / "kept").glob("**/*") if p.is_file()} == before
+    resumed = train(_cartpole(tmp_path, run_name="kept", resume=True, time_budget_s=600.0))
+    assert resumed.steps == 600 and resumed.resumes == 1
+
+
 def test_resume_without_memory_refills_before_learning(tmp_path: Path) -> None:
     first = train(_cartpole(tmp_path, run_name="lean", stop_after=300, checkpoint_memory=False))
     assert "memory" not in torch.load(tmp_path / "lean" / "checkpoint.pt", weights_only=False)["replay"]

@@ -324,14 +324,19 @@ def run_dir(cfg: DDQNConfig) -> Path:
     return Path(cfg.log_dir) / (cfg.run_name or f"{cfg.env.replace('/', '_')}/{cfg.arm}/seed{cfg.seed}")
 
 
-def same_config(stored: dict[str, Any], cfg: DDQNConfig) -> bool:
-    """Whether a config written to a record or checkpoint (``asdict`` of a ``DDQNConfig``, maybe
-    through JSON) is ``cfg``.  A field the record lacks counts as its default: the record was
-    written before the field existed, when every run had that default."""
+def differing_fields(stored: dict[str, Any], cfg: DDQNConfig) -> list[str]:
+    """The fields in which a config written to a record or checkpoint (``asdict`` of a
+    ``DDQNConfig``, maybe through JSON) differs from ``cfg``.  A field the record lacks counts as
+    its default: the record was written before the field existed, when every run had that default."""
     defaults = {f.name: f.default for f in fields(DDQNConfig)}
     current = json.loads(json.dumps(asdict(cfg)))
-    completed = {**{k: v for k, v in defaults.items() if k not in stored}, **stored}
-    return bool(json.loads(json.dumps(completed)) == current)
+    completed = json.loads(json.dumps({**{k: v for k, v in defaults.items() if k not in stored}, **stored}))
+    return sorted(k for k in completed.keys() | current.keys() if completed.get(k) != current.get(k))
+
+
+def same_config(stored: dict[str, Any], cfg: DDQNConfig) -> bool:
+    """Whether a config written to a record or checkpoint is ``cfg`` (:func:`differing_fields`)."""
+    return not differing_fields(stored, cfg)
 
 
 def protocols() -> list[str]:

@@ -18,7 +18,7 @@ import torch
 from prisample import LinearSchedule
 from recipes.common import outputs
 from recipes.common.provenance import record_start
-from recipes.dqn.config import DDQNConfig, run_dir
+from recipes.dqn.config import DDQNConfig, differing_fields, run_dir
 from recipes.dqn.envs import atari_rom, env_family, lives, load_atari_scores, make_env, seed_envs
 from recipes.dqn.networks import resolve_device
 from recipes.dqn.parts import (
@@ -201,6 +201,30 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(payload, tmp)
     os.replace(tmp, path)
+
+
+RESUME_MAY_CHANGE = frozenset(
+    {"resume", "stop_after", "time_budget_s", "checkpoint_every", "progress", "tensorboard"}
+    | {"device", "threads", "log_dir", "run_name"}
+)
+"""Fields in which a resumed run's config may differ from its checkpoint's: when it stops and
+checkpoints, what it shows, where it runs and where its directory lies; none changes what it learns."""
+
+
+def check_resumable(ck: dict[str, Any], cfg: DDQNConfig) -> None:
+    """``ValueError`` when the checkpoint ``ck`` was written by a run whose config differs from
+    ``cfg`` in a field outside ``RESUME_MAY_CHANGE``: resuming would continue another run."""
+    stored = ck.get("config")
+    if not isinstance(stored, dict):
+        return
+    changed = [f for f in differing_fields(stored, cfg) if f not in RESUME_MAY_CHANGE]
+    if changed:
+        was = ", ".join(f"{f}={stored.get(f)!r}" for f in changed)
+        now = ", ".join(f"{f}={getattr(cfg, f, None)!r}" for f in changed)
+        raise ValueError(
+            f"resume should continue the run of {run_dir(cfg) / 'checkpoint.pt'}, whose checkpoint has "
+            f"{was}, but got {now}; start a new run (another run_name) to change them"
+        )
 
 
 def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any] | None:

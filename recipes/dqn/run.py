@@ -71,6 +71,7 @@ from recipes.dqn.config import DDQNConfig, parse_command, run_dir
 from recipes.dqn.envs import SendRecv, make_env
 from recipes.dqn.loop import (
     Schedules,
+    check_resumable,
     env_options,
     finish,
     load_checkpoint,
@@ -93,6 +94,9 @@ __all__ = ["main", "train"]
 def train(cfg: DDQNConfig) -> RunResult:
     """Train one agent with ``cfg``'s arm: Algorithm 1, with evaluation, logging and checkpoints."""
     started = time.perf_counter()
+    ck = load_checkpoint(run_dir(cfg) / "checkpoint.pt", resolve_device(cfg.device)) if cfg.resume else None
+    if ck is not None:  # before the run's directory is written: a refused resume changes nothing
+        check_resumable(ck, cfg)
     device = start_run(cfg)  # threads, seed, device, the run's directory
     env, spec = make_env(cfg.env, cfg.num_envs, **env_options(cfg))
     q = QNetwork(cfg.network, spec, cfg.hidden, cfg.shared_bias).to(device)  # Q with random θ
@@ -118,7 +122,7 @@ def train(cfg: DDQNConfig) -> RunResult:
     parts = dict(
         q=q, q_target=q_target, optimizer=optimizer, replay=replay, rng=rng, evaluator=evaluator, laber=laber
     )
-    state, env = resume(cfg, load_checkpoint(run_dir(cfg) / "checkpoint.pt", device), env, parts)
+    state, env = resume(cfg, ck, env, parts)
     state.timer.start(started)
     timer, window, rate = state.timer, state.window, StepRate(state.step)
     bar = progress_bar(cfg, state.step)
