@@ -4,7 +4,6 @@ checkpoints and the end of a run."""
 
 from __future__ import annotations
 
-import os
 import pickle
 import time
 from dataclasses import asdict, dataclass, field
@@ -16,7 +15,7 @@ import numpy as np
 import torch
 
 from prisample import LinearSchedule
-from recipes.common import outputs
+from recipes.common import checkpoint_file, outputs
 from recipes.common.provenance import record_start
 from recipes.dqn.config import DDQNConfig, differing_fields, run_dir
 from recipes.dqn.envs import atari_rom, env_family, lives, load_atari_scores, make_env, seed_envs
@@ -196,11 +195,9 @@ def metrics_row(
 
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` with ``torch.save`` to a temporary file, then move it over ``path``: a
-    run killed while writing keeps its previous checkpoint."""
-    tmp = path.with_suffix(".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    """Write ``payload`` atomically, its arrays from their own memory
+    (:mod:`recipes.common.checkpoint_file`)."""
+    checkpoint_file.save(path, payload)
 
 
 RESUME_MAY_CHANGE = frozenset(
@@ -231,7 +228,8 @@ def load_checkpoint(path: Path, device: torch.device) -> dict[str, Any] | None:
     """The checkpoint at ``path``, or None when there is none."""
     if not path.exists():
         return None
-    return torch.load(path, map_location=device, weights_only=False)  # type: ignore[no-any-return]
+    ck: dict[str, Any] = checkpoint_file.load(path, device)
+    return ck
 
 
 def checkpoint(cfg: DDQNConfig, state: LoopState, env: Any, parts: dict[str, Any]) -> dict[str, Any]:

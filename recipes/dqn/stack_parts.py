@@ -11,7 +11,6 @@ are elementwise with a per-agent step size ``η_a = η / d_a`` and ``ε_a`` pair
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from recipes.common import checkpoint_file
 from recipes.dqn.agent import SQRT_LOSS_FLOOR, TD_ERRORS, td_item_loss, weighted_td_loss
 from recipes.dqn.config import DDQNConfig
 from recipes.dqn.networks import DQNRMSprop, optimizer_settings
@@ -167,16 +167,14 @@ def stacked_td_loss(q: nn.Module, q_target: nn.Module, cfgs: Sequence[DDQNConfig
 
 
 def save_payload(path: Path, payload: dict[str, Any]) -> None:
-    """``torch.save`` to a temporary file moved over ``path``: a process killed while writing keeps
-    its previous checkpoint."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    """Write the process's checkpoint atomically, its arrays from their own memory
+    (:mod:`recipes.common.checkpoint_file`): a process killed while writing keeps its previous one."""
+    checkpoint_file.save(path, payload)
 
 
 def load_payload(path: Path) -> dict[str, Any] | None:
     """The checkpoint at ``path``, or None when there is none."""
     if not path.exists():
         return None
-    return torch.load(path, map_location="cpu", weights_only=False)  # type: ignore[no-any-return]
+    ck: dict[str, Any] = checkpoint_file.load(path)
+    return ck
