@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import pickle
 import types
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ class _ArraysAsTensors(pickle.Pickler):
     """A pickler that writes each array owning its data as the tensor sharing it."""
 
     def reducer_override(self, obj: Any) -> Any:
+        # views keep their own pickle; torch.from_numpy warns on a read-only array
         if type(obj) is not np.ndarray or obj.base is not None or not obj.flags.writeable:
             return NotImplemented
         try:
@@ -46,9 +46,8 @@ class _ArraysAsTensors(pickle.Pickler):
         return _as_array, (tensor,)
 
 
-_PICKLE = types.ModuleType("recipes.common.checkpoint_file.pickle")
+_PICKLE = types.ModuleType("recipes.common.checkpoint_file.pickle")  # torch.save's pickle_module
 _PICKLE.Pickler = _ArraysAsTensors  # type: ignore[attr-defined]
-_PICKLE.dump = pickle.dump  # type: ignore[attr-defined]
 
 
 def save(path: str | Path, payload: Any) -> None:
@@ -57,9 +56,7 @@ def save(path: str | Path, payload: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # TypedStorage notes of from_numpy tensors
-        torch.save(payload, tmp, pickle_module=_PICKLE)
+    torch.save(payload, tmp, pickle_module=_PICKLE)
     os.replace(tmp, path)
 
 
