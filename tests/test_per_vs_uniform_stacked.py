@@ -47,20 +47,34 @@ def test_plan_takes_the_measured_rate_of_as_many_agents(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A process trains every registered arm x seed: the benchmark's run with that many agents gives
-    the rate, two processes side by side."""
+    the rate, two processes side by side; "about" only for the game the benchmark ran."""
     registered = per_vs_uniform_config.load_protocol()["envs"][ENV]
     agents = len(registered["arms"]) * len(registered["seeds"])
     runs = [
+        {"agents": 1, "agent_steps_per_s": 50.0},
         {"agents": agents - 1, "agent_steps_per_s": 100.0},
         {"agents": agents, "agent_steps_per_s": 600.0},
     ]
-    (tmp_path / "bench.json").write_text(json.dumps({"runs": runs}))
-    monkeypatch.setattr(per_vs_uniform_config, "STACKED_RATE", str(tmp_path / "bench.json"))
+    (tmp_path / "bench.json").write_text(json.dumps({"config": {"env": ENV}, "runs": runs}))
+    monkeypatch.setattr(per_vs_uniform_config, "STACK_BENCHMARKS", {"MinAtar": str(tmp_path / "bench.json")})
     plan = stacked_plan(StackedConfig(envs=(ENV, "MinAtar/Asterix-v1"), jobs=2))
     assert plan.steps == 2 * agents * registered["total_steps"]
-    assert plan.rate is not None and plan.rate.steps_per_s == 600.0
+    assert plan.rate is not None and plan.rate.steps_per_s == 600.0 and not plan.exact
     assert plan.estimate_s() == pytest.approx(2 * agents * registered["total_steps"] / (600.0 * 2))
-    monkeypatch.setattr(per_vs_uniform_config, "STACKED_RATE", str(tmp_path / "missing.json"))
+    alone = stacked_plan(StackedConfig(envs=(ENV,)))
+    assert alone.exact and f"{agents} agents in one process on {ENV}" in alone.summary()
+    assert not stacked_plan(StackedConfig(envs=(ENV,), total_steps=20_000)).exact
+
+    # ``run`` trains one agent per process: the benchmark's one-agent rate, whatever the records say
+    separate = per_vs_uniform_config.run_plan(per_vs_uniform_config.RunConfig(envs=(ENV,), jobs=2))
+    assert separate.rate is not None and separate.rate.steps_per_s == 50.0 and separate.exact
+    assert separate.estimate_s() == pytest.approx(separate.steps / (50.0 * 2))
+
+    # an environment no benchmark measured: the fastest rate found, as a lower bound; none: unknown
+    both = stacked_plan(StackedConfig(envs=(ENV, "CartPole-v1"), jobs=2))
+    assert both.rate is not None and both.rate.steps_per_s == 600.0 and not both.exact
+    missing = {"MinAtar": str(tmp_path / "missing.json")}
+    monkeypatch.setattr(per_vs_uniform_config, "STACK_BENCHMARKS", missing)
     assert stacked_plan(StackedConfig(envs=(ENV,))).rate is None
 
 

@@ -390,7 +390,7 @@ def test_imbalanced_mnist_compare_and_lr_sweep_say_what_they_run(
 def test_per_vs_uniform_run_says_what_it_trains_and_no_aborts_before_writing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``run`` prints its plan from the committed runs' rate (and asks: over an hour); ``--yes``
+    """``run`` prints its plan from the benchmark's one-agent rate (and asks: over an hour); ``--yes``
     given to the command reaches the run without a question; ``report`` runs nothing and says nothing."""
     for extra in ("gymnasium", "tqdm", "matplotlib"):
         pytest.importorskip(extra)
@@ -406,7 +406,8 @@ def test_per_vs_uniform_run_says_what_it_trains_and_no_aborts_before_writing(
     assert stopped.value.code == 1 and started == [] and list(tmp_path.iterdir()) == []
     # amended protocol: 4 arms × 20 seeds + proportional at η × 10 seeds, 50,000 steps each
     assert "90 Double DQN runs (90 on CartPole-v1;" in err and "4,500,000 agent steps" in err
-    assert "docs/results/per_vs_uniform_cartpole.json" in err and "Start it? [y/N]" in err
+    assert "benchmarks/cartpole_stack.json (1 agent in one process on CartPole-v1" in err
+    assert "Start it? [y/N]" in err
 
     stdin = Stdin("n\n")
     monkeypatch.setattr(sys, "stdin", stdin)

@@ -1,11 +1,14 @@
-"""The configs of ``python -m recipes.studies per-vs-uniform run|report``, the registered protocol
-and the runs it is made of, apart from the runs themselves: ``--help``, the checks of a command
-line and the summary printed before ``run`` starts read this module without importing torch.
+"""The configs of ``python -m recipes.studies per-vs-uniform run|stacked|report``, the registered
+protocol and the runs it is made of, apart from the runs themselves: ``--help``, the checks of a
+command line and the summary printed before ``run`` or ``stacked`` starts read this module without
+importing torch.
 
-The summary's time is ``runs × steps / (rate · jobs)``, the rate being the median agent steps per
-second that the committed results of the environment recorded (``docs/results/per_vs_uniform_*.json``,
-every arm's runs, two side by side on two CPU cores): "about" for the registered runs, "at least"
-(the fastest environment's rate) when a ``--set`` changes them or an environment has none.
+The summary's time is ``Σ_env steps_env / rate_env`` divided by the processes at once, the rate being
+the one that ``python -m benchmarks.minatar_stack`` measured for the environment's family alone on
+this machine (``STACK_BENCHMARKS``): with one agent in its process for ``run``, with as many agents
+as a process of ``stacked`` trains for ``stacked``.  "About" when the benchmark ran this environment
+and nothing is ``--set``; otherwise "at least", from the fastest rate found.  The study's own records
+give no rate: a stacked agent's speed is its share of a process, and a resumed run's is unknown.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ __all__ = [
     "EPILOG",
     "PROG",
     "PROTOCOL",
-    "RESULTS",
+    "STACK_BENCHMARKS",
     "ReportConfig",
     "RunConfig",
     "StackedConfig",
@@ -40,15 +43,12 @@ __all__ = [
 
 PROG = "python -m recipes.studies per-vs-uniform"
 PROTOCOL = Path(__file__).parent / "configs" / "per_vs_uniform.yaml"
-RESULTS = {
-    "CartPole-v1": "docs/results/per_vs_uniform_cartpole.json",
-    "MinAtar/Breakout-v1": "docs/results/per_vs_uniform_minatar_breakout.json",
-    "MinAtar/Asterix-v1": "docs/results/per_vs_uniform_minatar_asterix.json",
+STACK_BENCHMARKS = {
+    "CartPole-v1": "benchmarks/cartpole_stack.json",
+    "MinAtar": "benchmarks/minatar_stack.json",
 }
-"""The committed runs of each registered environment: their agent steps/s give the estimate."""
-STACKED_RATE = "benchmarks/minatar_stack.json"
-"""The stacked engine's measured throughput (``python -m benchmarks.minatar_stack``): the agent
-steps/s per process of the run with as many agents as a process of ``stacked`` trains."""
+"""Per environment, or per family (the name before ``/``), the stacked engine's measured throughput
+(``python -m benchmarks.minatar_stack``): per agent count, the agent steps/s of one process."""
 
 
 def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
@@ -208,13 +208,34 @@ def parse_command(argv: Sequence[str] | None = None) -> RunConfig | StackedConfi
     return config
 
 
-def _rate(env: str) -> Measured | None:
-    """The median agent steps/s of the committed runs of ``env`` (every arm's whose speed is known)."""
-    if env not in RESULTS:
-        return None
-    label = f"{env}, the registered runs, 2 at once on 2 CPU cores"
-    known = lambda d: [v for a in d.values() for v in a["steps_per_s"] if v is not None]  # noqa: E731
-    return launch.measured(RESULTS[env], label, known)
+def _stack_rate(env: str, agents: int) -> tuple[Measured | None, bool]:
+    """The agent steps/s of one process of ``agents`` agents that the benchmark of ``env``'s family
+    measured, and whether it measured ``env`` itself; ``(None, False)`` when it holds no such run."""
+    path = STACK_BENCHMARKS.get(env) or STACK_BENCHMARKS.get(env.split("/")[0])
+    if path is None:
+        return None, False
+    measured_env = launch.recorded_config(path).get("env", "?")
+    plural = "s" if agents > 1 else ""
+    label = f"{agents} agent{plural} in one process on {measured_env}, alone on the machine"
+    rate = launch.measured(
+        path, label, lambda d: next(r["agent_steps_per_s"] for r in d["runs"] if r["agents"] == agents)
+    )
+    return rate, rate is not None and measured_env == env
+
+
+def _plan_rate(steps: dict[str, int], agents: dict[str, int], changed: bool) -> tuple[Measured | None, bool]:
+    """The rate of a plan that trains ``steps[env]`` agent steps per environment, ``agents[env]`` to a
+    process: the measured one of every environment combined (``exact`` when each is that
+    environment's own and ``changed`` is false), else the fastest one found, else ``None``."""
+    found = {env: _stack_rate(env, agents[env]) for env in steps}
+    rates = {env: m for env, (m, _) in found.items() if m is not None}
+    if len(rates) < len(found):
+        return max(rates.values(), key=lambda m: m.steps_per_s, default=None), False
+    seconds = sum(steps[env] / m.steps_per_s for env, m in rates.items())
+    paths = ", ".join(dict.fromkeys(m.path for m in rates.values()))
+    labels = "; ".join(dict.fromkeys(m.label for m in rates.values()))
+    exact = not changed and all(own for _, own in found.values())
+    return Measured(sum(steps.values()) / seconds, paths, labels), exact
 
 
 def _steps(run: DDQNConfig) -> int:
@@ -226,20 +247,7 @@ def run_plan(config: RunConfig) -> RunPlan:
     protocol = load_protocol()
     per_env = {env: env_runs(protocol, env, config)[0] for env in config.envs}
     steps = {env: sum(_steps(r) for r in runs) for env, runs in per_env.items()}
-    found = {env: _rate(env) for env in config.envs}
-    rates = {env: m for env, m in found.items() if m is not None}
-    exact = config.set is None and len(rates) == len(found)
-    rate: Measured | None
-    if exact:
-        seconds = sum(steps[env] / m.steps_per_s for env, m in rates.items())
-        rate = Measured(
-            sum(steps.values()) / seconds,
-            ", ".join(m.path for m in rates.values()),
-            "each environment's registered runs, 2 at once on 2 CPU cores",
-        )
-    else:
-        known = [m for m in map(_rate, RESULTS) if m is not None]
-        rate = max(known, key=lambda m: m.steps_per_s, default=None)
+    rate, exact = _plan_rate(steps, dict.fromkeys(config.envs, 1), config.set is not None)
     runs = sum(len(r) for r in per_env.values())
     counts = ", ".join(f"{len(per_env[env])} on {env}" for env in config.envs)
     return RunPlan(
@@ -256,27 +264,24 @@ def run_plan(config: RunConfig) -> RunPlan:
 
 def stacked_plan(config: StackedConfig) -> RunPlan:
     """What ``stacked`` is about to train: per environment one process of all its (arm, seed)
-    agents, ``jobs`` processes at once; the rate is the measured one for that many agents, if any."""
+    agents, ``jobs`` processes at once; the rate is the measured one for that many agents, if any
+    (``STACK_BENCHMARKS``)."""
     protocol = load_protocol()
     per_env = {env: env_runs(protocol, env, config)[0] for env in config.envs}
-    steps = sum(_steps(r) for runs in per_env.values() for r in runs)
-    agents = max(len(runs) for runs in per_env.values())
-    label = f"{agents} agents stacked in one process"
-    rate = launch.measured(
-        STACKED_RATE,
-        label,
-        lambda d: next(r["agent_steps_per_s"] for r in d["runs"] if r["agents"] == agents),
-    )
+    steps = {env: sum(_steps(r) for r in runs) for env, runs in per_env.items()}
+    agents = {env: len(runs) for env, runs in per_env.items()}
+    changed = config.set is not None or config.total_steps is not None
+    rate, exact = _plan_rate(steps, agents, changed)
     counts = ", ".join(f"{len(per_env[env])} agents on {env}" for env in config.envs)
     return RunPlan(
         command=f"{PROG} stacked",
         what=f"{counts}, one process each (finished ones under {config.runs} are reused, "
         f"stopped ones resume from {config.runs}/stacked)",
-        steps=steps,
+        steps=sum(steps.values()),
         out_dir=f"{config.runs}/<env>.json, .png, .md and runs under {config.runs}/runs",
         short="--seeds 1 --total_steps 2000 --set '{\"eval_every\": 1000}'",
         rate=rate,
-        exact=rate is not None and config.set is None and config.total_steps is None,
+        exact=exact,
         time_budget_s=config.time_budget_s,
         parallel=max(1, min(config.jobs, len(config.envs), os.cpu_count() or 1)),
     )
