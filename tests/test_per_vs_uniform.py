@@ -275,3 +275,25 @@ def test_a_plot_with_no_curve_has_no_legend_and_no_warning(tmp_path: Path) -> No
         path = report.plot(curves, tmp_path / "weights.png", "no weights", metric="weight_mean")
         report.plot(curves, tmp_path / "returns.png", "returns")
     assert path.stat().st_size > 0
+
+
+def test_plot_labels_each_arm_on_its_own_lines_and_wraps_panels_into_rows(tmp_path: Path) -> None:
+    """Arm names break at ``_`` and the step size goes below them, so that neighbouring tick labels
+    do not run into each other; five environments take two rows of three panels."""
+    assert per_vs_uniform.tick_label("proportional_dopamine") == "proportional\ndopamine"
+    assert per_vs_uniform.tick_label("uniform lr_divisor=4") == "uniform\nη/4"
+    assert per_vs_uniform.tick_label("proportional lr_divisor=1") == "proportional\nη"
+    arm = {"seeds": [0, 1], "auc": [1.0, 2.0]}
+    envs = {f"env{i}": {"uniform": arm, "proportional_dopamine": arm} for i in range(5)}
+    aggregates = {env: {a: {"auc_iqm": [1.5, 1.0, 2.0]} for a in arms} for env, arms in envs.items()}
+    png = per_vs_uniform.plot({"envs": envs, "aggregates": aggregates}, tmp_path / "auc.png")
+    height, width = pyplot_image_shape(png)
+    per_row = per_vs_uniform.PANELS_PER_ROW
+    assert width / height == pytest.approx((4.4 * per_row) / (3.9 * 2), rel=0.02)
+
+
+def pyplot_image_shape(path: Path) -> tuple[int, int]:
+    import matplotlib.image
+
+    image = matplotlib.image.imread(path)
+    return int(image.shape[0]), int(image.shape[1])

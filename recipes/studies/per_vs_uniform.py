@@ -342,18 +342,31 @@ def _ci(values: list[float], signed: bool = False) -> str:
 
 
 def tick_label(arm: str) -> str:
-    """``uniform lr_divisor=4`` as ``uniform\nη/4``, ``proportional lr_divisor=1`` as ``proportional\nη``."""
+    """``uniform lr_divisor=4`` as ``uniform\nη/4``, ``proportional lr_divisor=1`` as ``proportional\nη``,
+    ``proportional_dopamine`` as ``proportional\ndopamine``: one word to a line, so that neighbours
+    do not run into each other."""
     name, _, divisor = arm.partition(" lr_divisor=")
+    name = name.replace("_", "\n")
     if not divisor:
-        return arm
+        return name
     return f"{name}\nη" if float(divisor) == 1.0 else f"{name}\nη/{float(divisor):g}"
 
 
+PANELS_PER_ROW = 3
+
+
 def plot(results: dict[str, Any], path: Path) -> Path:
-    """One panel per environment: each seed's AUC (dots) and the arm's IQM with its interval (bar)."""
+    """One panel per environment, ``PANELS_PER_ROW`` to a row: each seed's AUC (dots) and the arm's
+    IQM with its interval (bar)."""
     envs = list(results["envs"])
-    with outputs.figure(path, figsize=(4.2 * len(envs), 3.8), ncols=len(envs)) as (_, axes):
-        for ax, env in zip(np.atleast_1d(axes), envs, strict=True):
+    ncols = min(len(envs), PANELS_PER_ROW)
+    nrows = -(-len(envs) // ncols)
+    size = (4.4 * ncols, 3.9 * nrows)
+    with outputs.figure(path, figsize=size, nrows=nrows, ncols=ncols, squeeze=False) as (_, axes):
+        panels = list(axes.flat)
+        for ax in panels[len(envs) :]:
+            ax.set_visible(False)
+        for ax, env in zip(panels, envs, strict=False):
             arms = results["envs"][env]
             for x, (arm, data) in enumerate(arms.items()):
                 point, low, high = results["aggregates"][env][arm]["auc_iqm"]
