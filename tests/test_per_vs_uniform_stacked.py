@@ -73,6 +73,16 @@ def test_plan_takes_the_measured_rate_of_as_many_agents(
     # an environment no benchmark measured: the fastest rate found, as a lower bound; none: unknown
     both = stacked_plan(StackedConfig(envs=(ENV, "CartPole-v1"), jobs=2))
     assert both.rate is not None and both.rate.steps_per_s == 600.0 and not both.exact
+    # a benchmark without evaluations: the summary says how many agent steps the evaluations add
+    assert "evaluations add" not in alone.summary()
+    unevaluated = {"config": {"env": ENV, "evaluate": False}, "runs": runs}
+    (tmp_path / "bench.json").write_text(json.dumps(unevaluated))
+    every, most = registered["set"]["eval_every"], registered["set"]["eval_steps"]
+    per_run = (-(-registered["total_steps"] // every) + 1) * most
+    estimate = stacked_plan(StackedConfig(envs=(ENV,))).summary().splitlines()[1]
+    assert estimate.endswith(
+        f"; evaluations add at most {agents * per_run:,} agent steps, which it leaves out"
+    )
     missing = {"MinAtar": str(tmp_path / "missing.json")}
     monkeypatch.setattr(per_vs_uniform_config, "STACK_BENCHMARKS", missing)
     assert stacked_plan(StackedConfig(envs=(ENV,))).rate is None

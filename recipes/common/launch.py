@@ -117,6 +117,8 @@ class RunPlan:
     parallel: int = 1
     budget_option: str = "--time_budget_s"
     brief: bool = False
+    not_estimated: str = ""
+    """Work the run does that the rate did not measure, in words (printed after the estimate)."""
 
     def estimate_s(self) -> float | None:
         """Seconds the run should take, ``None`` when unknown (see the class)."""
@@ -150,12 +152,13 @@ class RunPlan:
         """The lines :func:`confirm` prints: what, how many steps, where, how long, how to run a short one."""
         steps = "" if self.steps is None else f", {self.steps:,} {self.unit}"
         first = f"{self.command}: {self.what}{steps}, writing {self.out_dir}"
+        estimate = self.estimate() + (f"; {self.not_estimated}" if self.not_estimated else "")
         if self.brief:
-            return f"{first}; estimated time: {self.estimate()}"
+            return f"{first}; estimated time: {estimate}"
         return "\n".join(
             [
                 first,
-                f"estimated time: {self.estimate()}",
+                f"estimated time: {estimate}",
                 f"a short run: {self.short}; {YES} starts without asking",
             ]
         )

@@ -9,6 +9,8 @@ this machine (``STACK_BENCHMARKS``): with one agent in its process for ``run``, 
 as a process of ``stacked`` trains for ``stacked``.  "About" when the benchmark ran this environment
 and nothing is ``--set``; otherwise "at least", from the fastest rate found.  The study's own records
 give no rate: a stacked agent's speed is its share of a process, and a resumed run's is unknown.
+Where the benchmark ran without evaluations, the summary says how many agent steps the runs'
+evaluations add at most, outside the estimate.
 """
 
 from __future__ import annotations
@@ -211,7 +213,7 @@ def parse_command(argv: Sequence[str] | None = None) -> RunConfig | StackedConfi
 def _stack_rate(env: str, agents: int) -> tuple[Measured | None, bool]:
     """The agent steps/s of one process of ``agents`` agents that the benchmark of ``env``'s family
     measured, and whether it measured ``env`` itself; ``(None, False)`` when it holds no such run."""
-    path = STACK_BENCHMARKS.get(env) or STACK_BENCHMARKS.get(env.split("/")[0])
+    path = _benchmark_path(env)
     if path is None:
         return None, False
     measured_env = launch.recorded_config(path).get("env", "?")
@@ -242,6 +244,28 @@ def _steps(run: DDQNConfig) -> int:
     return run.total_steps if run.stop_after is None else min(run.total_steps, run.stop_after)
 
 
+def _evaluation_steps(run: DDQNConfig) -> int:
+    """The most agent steps a run's evaluations take: one every ``eval_every`` steps and one at the
+    stop, then the best policy's re-evaluation, each of at most ``eval_steps``."""
+    return (-(-_steps(run) // run.eval_every) + 1) * run.eval_steps
+
+
+def _benchmark_path(env: str) -> str | None:
+    return STACK_BENCHMARKS.get(env) or STACK_BENCHMARKS.get(env.split("/")[0])
+
+
+def _evaluations(per_env: dict[str, list[DDQNConfig]]) -> str:
+    """The summary's note on the evaluations that the rate leaves out: those of the environments
+    whose benchmark ran without evaluations (``--evaluate 0``)."""
+    left_out = [
+        env
+        for env, path in ((env, _benchmark_path(env)) for env in per_env)
+        if path is not None and launch.recorded_config(path).get("evaluate") is False
+    ]
+    most = sum(_evaluation_steps(r) for env in left_out for r in per_env[env])
+    return f"evaluations add at most {most:,} agent steps, which it leaves out" if most else ""
+
+
 def run_plan(config: RunConfig) -> RunPlan:
     """What ``run`` is about to train: every (arm, seed) of its environments, ``jobs`` at once."""
     protocol = load_protocol()
@@ -259,6 +283,7 @@ def run_plan(config: RunConfig) -> RunPlan:
         rate=rate,
         exact=exact,
         parallel=max(1, min(config.jobs, runs, os.cpu_count() or 1)),
+        not_estimated=_evaluations(per_env),
     )
 
 
@@ -284,4 +309,5 @@ def stacked_plan(config: StackedConfig) -> RunPlan:
         exact=exact,
         time_budget_s=config.time_budget_s,
         parallel=max(1, min(config.jobs, len(config.envs), os.cpu_count() or 1)),
+        not_estimated=_evaluations(per_env),
     )
