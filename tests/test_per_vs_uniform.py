@@ -199,6 +199,11 @@ def test_report_gathers_registered_metrics_and_verdicts(tmp_path: Path) -> None:
     table = out.with_suffix(".md").read_text()
     assert "Holm-adjusted p" in table and "equivalent within ±" in table and "not shown equivalent" in table
     assert "Code: `ababababab` (1 runs); every start from a clean tree; 89 runs without a record." in table
+    # the registered environments without records are named, and the family is said to lack them
+    minatar = [env for env in written["protocol"]["envs"] if env.startswith("MinAtar/")]
+    assert written["not_reported"] == minatar and len(minatar) == 3
+    assert f"Not in this report: {', '.join(minatar)}" in table
+    assert "The Holm family below is this report's 3 comparisons; theirs join it" in table
 
 
 def test_an_arms_own_seeds_must_be_its_environments() -> None:

@@ -28,8 +28,10 @@ and writes ``per_vs_uniform.json``: ``{"protocol": <the YAML as registered>, "en
 {"seeds", "auc", "final", "weight_mean_last", ...}}}, "aggregates": {env: {arm: {"auc_iqm",
 "final_iqm"}}}, "comparisons": {env: {arm: {"difference", "welch_p", "verdict", "equivalence"}}},
 "holm": {"adjusted_p": {env: {arm: p}}, "survives": ...}, "verdict": {env: "..."}, "sources": {env:
-{"runs", "commits", "all_clean", "unrecorded"}}}``, ``sources`` saying which commits every run
-started or resumed from (:mod:`recipes.common.provenance`; SB3's from its JSON).  Per comparison
+{"runs", "commits", "all_clean", "unrecorded"}}, "not_reported": [env]}``, ``sources`` saying
+which commits every run started or resumed from (:mod:`recipes.common.provenance`; SB3's from its
+JSON), ``not_reported`` the registered environments whose records were not given (their
+comparisons are missing from the Holm family, which the table says).  Per comparison
 the difference test decides "better" / "worse" / "no difference detected"; where the protocol
 registers an environment's ``equivalence_margin`` (a fraction of the baseline arm's AUC IQM), the
 two one-sided tests decide "equivalent within ±m" / "not shown equivalent"
@@ -242,6 +244,7 @@ def gather(config: ReportConfig) -> dict[str, Any]:
         "holm": family(comparisons),
         "verdict": verdicts,
         "sources": sources,
+        "not_reported": [env for env in [*protocol["envs"], SB3_ENV] if env not in envs],
     }
 
 
@@ -272,6 +275,14 @@ def markdown(results: dict[str, Any], command: str) -> str:
         "`docs/recipes/per_vs_uniform.md`.",
         "",
     ]
+    missing = results.get("not_reported", [])
+    if missing:
+        tests = results.get("holm", {}).get("tests")
+        lines += [
+            f"Not in this report: {', '.join(missing)} (no record of their finished runs was given). "
+            f"The Holm family below is this report's {tests} comparisons; theirs join it once reported.",
+            "",
+        ]
     for env, arms in results["envs"].items():
         lines += [f"## {env}", "", f"Verdict: {results['verdict'][env]}", ""]
         if "sources" in results:
