@@ -270,7 +270,7 @@ def markdown(results: dict[str, Any], command: str) -> str:
         "# Prioritized against uniform replay: results of the registered comparison",
         "",
         f"Written by `{command}` from the runs of "
-        "`python -m recipes.studies per-vs-uniform run`; the protocol "
+        "`python -m recipes.studies per-vs-uniform run` or `stacked`; the protocol "
         "is `recipes/studies/configs/per_vs_uniform.yaml` (copied into the JSON) and "
         "`docs/recipes/per_vs_uniform.md`.",
         "",
