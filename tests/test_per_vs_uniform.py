@@ -302,3 +302,20 @@ def pyplot_image_shape(path: Path) -> tuple[int, int]:
 
     image = matplotlib.image.imread(path)
     return int(image.shape[0]), int(image.shape[1])
+
+
+def test_report_shows_small_scores_to_three_significant_digits() -> None:
+    """CartPole's hundreds keep one decimal; Breakout's single-digit AUCs get two, so that a
+    difference of 0.30 is not printed as 0.3 next to IQMs that all read 3.9."""
+    from recipes.studies.per_vs_uniform import decimals, verdict_sentence
+
+    def aggregates(point: float) -> dict[str, dict[str, list[float]]]:
+        return {"uniform": {"auc_iqm": [point, point - 1, point + 1]}}
+
+    assert decimals(aggregates(244.4)) == 1
+    assert decimals(aggregates(12.3)) == 1
+    assert decimals(aggregates(3.78)) == 2
+    assert decimals(aggregates(0.45)) == 3
+    comparison = {"p": {"verdict": "no difference detected", "difference": [0.304, -0.181, 0.912]}}
+    sentence = verdict_sentence(comparison, {"p": "u"}, decimals(aggregates(3.78)))
+    assert "+0.30, 95% CI -0.18 to +0.91" in sentence

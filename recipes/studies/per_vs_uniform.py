@@ -41,6 +41,7 @@ is reported beside them (:func:`recipes.common.rl_metrics.holm`).
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -152,19 +153,28 @@ def baselines(protocol: dict[str, Any], env: str, arms: list[str]) -> dict[str, 
     return {a: registered[a]["baseline"] for a in arms if registered.get(a, {}).get("baseline")}
 
 
-def verdict_sentence(comparisons: dict[str, dict[str, Any]], bases: dict[str, str]) -> str:
+def decimals(aggregates: dict[str, dict[str, list[float]]]) -> int:
+    """Decimals that show an environment's scores to about three significant digits (at least one):
+    1 for CartPole's hundreds, 2 for MinAtar Breakout's single digits."""
+    points = [abs(a["auc_iqm"][0]) for a in aggregates.values()]
+    scale = max((p for p in points if np.isfinite(p)), default=0.0)
+    return 1 if scale <= 0 else max(1, 2 - int(np.floor(np.log10(scale))))
+
+
+def verdict_sentence(comparisons: dict[str, dict[str, Any]], bases: dict[str, str], digits: int = 1) -> str:
     """One sentence per environment: each arm's verdict against its baseline, with the interval, and
-    the equivalence test's verdict with its margin where one is registered."""
+    the equivalence test's verdict with its margin where one is registered; ``digits`` decimals."""
     parts = []
     for arm, c in comparisons.items():
         point, low, high = c["difference"]
         part = (
-            f"{arm} vs {bases[arm]}: {c['verdict']} (AUC IQM difference {point:+.1f}, "
-            f"95% CI {low:+.1f} to {high:+.1f})"
+            f"{arm} vs {bases[arm]}: {c['verdict']} (AUC IQM difference {point:+.{digits}f}, "
+            f"95% CI {low:+.{digits}f} to {high:+.{digits}f})"
         )
         if "equivalence" in c:
             e = c["equivalence"]
-            part += f", {_equivalence_text(e)} (90% CI {e['interval'][1]:+.1f} to {e['interval'][2]:+.1f})"
+            low, high = e["interval"][1], e["interval"][2]
+            part += f", {_equivalence_text(e)} (90% CI {low:+.{digits}f} to {high:+.{digits}f})"
         parts.append(part)
     return "; ".join(parts) + "."
 
@@ -235,7 +245,7 @@ def gather(config: ReportConfig) -> dict[str, Any]:
             for arm, base in bases.items()
             if base in arms
         }
-        verdicts[env] = verdict_sentence(comparisons[env], bases)
+        verdicts[env] = verdict_sentence(comparisons[env], bases, decimals(aggregates[env]))
     return {
         "protocol": protocol,
         "envs": envs,
@@ -287,6 +297,8 @@ def markdown(results: dict[str, Any], command: str) -> str:
         lines += [f"## {env}", "", f"Verdict: {results['verdict'][env]}", ""]
         if "sources" in results:
             lines += [describe(results["sources"].get(env, UNRECORDED)), ""]
+        digits = decimals(results["aggregates"][env])
+        ci = functools.partial(_ci, digits=digits)
         rows = []
         for arm, data in arms.items():
             agg = results["aggregates"][env][arm]
@@ -300,15 +312,15 @@ def markdown(results: dict[str, Any], command: str) -> str:
                 (
                     arm,
                     len(data["seeds"]),
-                    _ci(agg["auc_iqm"]),
-                    _ci(agg["final_iqm"]),
+                    ci(agg["auc_iqm"]),
+                    ci(agg["final_iqm"]),
                     f"{np.mean(weights):.3f}" if weights else "–",
-                    "–" if c is None else f"{_ci(c['difference'], signed=True)} → {c['verdict']}",
+                    "–" if c is None else f"{ci(c['difference'], signed=True)} → {c['verdict']}",
                     "–" if c is None else f"{c['welch_p']:.3f}",
                     "–" if adjusted is None else f"{adjusted:.3f}" + (" (survives)" if survives else ""),
                     "–"
                     if equivalent is None
-                    else f"{_ci(equivalent['interval'], signed=True)} → {_equivalence_text(equivalent)}",
+                    else f"{ci(equivalent['interval'], signed=True)} → {_equivalence_text(equivalent)}",
                 )
             )
         lines.append(
@@ -332,7 +344,7 @@ def markdown(results: dict[str, Any], command: str) -> str:
             outputs.markdown_table(
                 ["arm", "AUC per seed", "final per seed"],
                 [
-                    (arm, ", ".join(_num(v) for v in d["auc"]), ", ".join(_num(v) for v in d["final"]))
+                    (arm, *(", ".join(_num(v, digits) for v in d[key]) for key in ("auc", "final")))
                     for arm, d in arms.items()
                 ],
             )
@@ -342,13 +354,13 @@ def markdown(results: dict[str, Any], command: str) -> str:
     return "\n".join(lines)
 
 
-def _num(value: float | None) -> str:
-    return "–" if value is None or not np.isfinite(value) else f"{value:.1f}"
+def _num(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None or not np.isfinite(value) else f"{value:.{digits}f}"
 
 
-def _ci(values: list[float], signed: bool = False) -> str:
+def _ci(values: list[float], signed: bool = False, digits: int = 1) -> str:
     point, low, high = values
-    f = "{:+.1f}" if signed else "{:.1f}"
+    f = f"{{:+.{digits}f}}" if signed else f"{{:.{digits}f}}"
     return f"{f.format(point)} [{f.format(low)}, {f.format(high)}]"
 
 
